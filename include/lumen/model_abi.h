@@ -1,0 +1,45 @@
+/* The C ABI that every model.so exports, versioned. lumenc writes it,
+ * lumen-run reads it with dlopen. Keep this header C-compatible. */
+#ifndef LUMEN_MODEL_ABI_H
+#define LUMEN_MODEL_ABI_H
+
+#include <stdint.h>
+
+#define LUMEN_MODEL_ABI_VERSION 1u
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct lumen_kernel_entry {
+  const char* name;          /* referenced by MatMulSchedule::{decode,prefill}_kernel */
+  const void* code;          /* position-independent machine code; entry at offset 0 */
+  uint64_t code_size;
+  uint32_t kind;             /* 1 = GEMV (N == 1), 2 = GEMM (N > 1) */
+  uint32_t epilogue;         /* lumen::program::Epilogue */
+};
+
+struct lumen_model_abi {
+  uint32_t abi_version;      /* LUMEN_MODEL_ABI_VERSION */
+  uint32_t reserved;
+  uint64_t required_cpu;     /* lumen::CpuFeature mask the kernels need */
+  const char* target;        /* "avx512-vnni", "avx512", "avx2" */
+  const char* arch;          /* general.architecture the program expects */
+  const char* compiler;      /* "lumenc 0.1.0" */
+  const char* program;       /* lumen::program::serialize() text */
+  uint64_t program_size;
+  uint32_t n_kernels;
+  uint32_t reserved2;
+  const struct lumen_kernel_entry* kernels;
+};
+
+/* Both are exported by model.so. The runtime calls lumen_model_abi_version()
+ * first and refuses a mismatch before touching the rest. */
+uint32_t lumen_model_abi_version(void);
+const struct lumen_model_abi* lumen_model_get(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

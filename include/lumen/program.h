@@ -1,0 +1,196 @@
+// The scheduled program: what lumenc's last pass produces, what model.so
+// carries (serialized), and what lumen-run executes. Plain typed structures,
+// no behaviour beyond evaluation and (de)serialization.
+//
+// Sizes are symbolic: expressions over hyperparameters (resolved from GGUF
+// metadata at load time) and the batch size N (tokens in one call). One
+// program serves prefill (N > 1) and decode (N == 1).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace lumen::program {
+
+// ---------------------------------------------------------------- expressions
+enum class ExprOp : uint8_t { Const, HParam, Tokens, Add, Sub, Mul, Div, Mod, Min, Max };
+struct ExprTerm {
+  ExprOp op = ExprOp::Const;
+  int64_t value = 0;  // the constant, or the hparam index
+};
+// Postfix (RPN) integer expression. Division is floor division; evaluation
+// throws EvalError on division by zero or overflow.
+struct Expr {
+  std::vector<ExprTerm> terms;
+
+  static Expr constant(int64_t v);
+  static Expr hparam(int index);
+  static Expr tokens();
+  // `hparams` are the resolved values (floats are truncated when used here).
+  int64_t eval(std::span<const double> hparams, int64_t n_tokens) const;
+  std::string str(std::span<const std::string> hparam_names) const;  // infix, for dumps
+};
+Expr operator+(Expr a, const Expr& b);
+Expr operator-(Expr a, const Expr& b);
+Expr operator*(Expr a, const Expr& b);
+Expr operator/(Expr a, const Expr& b);
+Expr operator%(Expr a, const Expr& b);
+Expr max(Expr a, const Expr& b);
+
+struct EvalError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// ------------------------------------------------------------ model interface
+enum class DType : uint8_t {
+  F32,
+  F16,
+  Q8_0,   // GGUF weights: 34-byte blocks of 32
+  ActQ8,  // activations quantized per 32-block for the matmul kernels (see kernel_abi.h)
+  I32,
+};
+const char* to_string(DType t);
+
+struct HParam {
+  enum class Kind : uint8_t { Int, Float };
+  std::string name;       // DSL name, "n_embd"
+  std::string gguf_key;   // "qwen2.embedding_length"; empty when purely derived
+  Kind kind = Kind::Int;
+  bool required = true;   // the key must be present (when no default and no derived)
+  std::optional<double> default_value;  // used when the key is absent
+  std::optional<Expr> derived;          // computed from earlier hparams when the key is absent
+  std::optional<double> min_value, max_value;  // range the loader enforces
+};
+
+// A check on the resolved hparams: lhs <cmp> rhs, else `message`.
+struct Check {
+  enum class Cmp : uint8_t { Eq, Ne, Lt, Le, Gt, Ge };
+  Expr lhs, rhs;
+  Cmp cmp = Cmp::Eq;
+  std::string message;
+};
+
+struct Weight {
+  std::string name;        // DSL name, "wq"
+  std::string gguf_name;   // "blk.{i}.attn_q.weight": {i} is the layer index
+  bool per_layer = false;
+  std::vector<DType> dtypes;   // accepted dtypes (Q8_0 for matmuls; F32 for norms and biases)
+  std::vector<Expr> shape;     // ggml order: shape[0] is the row length
+  std::string fallback;        // gguf name used when gguf_name is absent ("token_embd.weight")
+  bool optional = false;       // absent and no fallback: the ops using it are skipped
+};
+
+// ------------------------------------------------------------- activations
+// An activation tensor: `rows` x `cols` elements of `dtype`, row-major, at
+// `offset` bytes into the arena. Offsets come from memory planning
+// (liveness-based); buffers whose live ranges do not overlap may share bytes.
+struct Buffer {
+  std::string name;
+  DType dtype = DType::F32;
+  Expr rows;     // usually N; 1 for last-token values
+  Expr cols;     // elements per row (for ActQ8: the logical K, a multiple of 32)
+  Expr offset;   // bytes into the arena, 64-byte aligned for every N
+};
+
+// A column range of a buffer (all rows).
+struct View {
+  int buffer = -1;
+  Expr col_offset;  // in elements
+  Expr cols;
+};
+
+// --------------------------------------------------------------------- ops
+enum class OpKind : uint8_t {
+  Embed,         // out[n,:] = dequantize(weights[0][token[n], :])
+  RmsNorm,       // out = x * (1/sqrt(mean(x^2)+eps)) * weights[0]           (F32 out)
+  RmsNormQuant,  // out = quantize_act(RmsNorm(x))                            (ActQ8 out)
+  Quantize,      // out = quantize_act(x)
+  MatMul,        // out = epilogue(x · Wᵀ), W = rows of weights[] concatenated
+  Rope,          // in place on inputs[0]: rotate each head of head_dim
+  Attention,     // causal GQA softmax attention over this layer's KV cache;
+                 // stores inputs[1] (K) and inputs[2] (V) for the batch first
+  Add,           // out = in0 + in1
+  Mul,           // out = in0 * in1 (in1 may be a weight row broadcast: weights[0])
+  Silu,          // out = in0 * sigmoid(in0)
+  SiluMul,       // out = silu(in0) * in1
+  TakeLast,      // out[0,:] = in0[N-1,:]
+};
+const char* to_string(OpKind k);
+
+enum class Epilogue : uint8_t {
+  None,
+  Bias,          // + bias[m]                            (biases[] concatenated like weights[])
+  Residual,      // + residual[n, m]  (residual may be the output itself)
+  BiasResidual,  // + bias[m] + residual[n, m]
+  SiluMul,       // weights = {gate, up}: out[n,m] = silu(gate·x) * (up·x); out cols = gate rows
+};
+const char* to_string(Epilogue e);
+
+enum class RopeMode : uint8_t { Normal, Neox };
+
+// How one matmul runs: chosen by the scheduling pass, consumed by codegen
+// (kernel generation) and the runtime (thread split).
+struct MatMulSchedule {
+  std::string decode_kernel;   // kernel for N == 1, named by kernel_name()
+  std::string prefill_kernel;  // kernel for N > 1, named by kernel_name()
+  int64_t tile_m = 16;         // prefill micro-kernel register tile: rows
+  int64_t tile_n = 4;          //   ... and tokens
+  int64_t rows_per_task = 64;  // output rows per work item (multiple of the pack row group)
+  int64_t tokens_per_task = 64;  // prefill: tokens per work item
+};
+// The kernel a schedule asks for, as a stable name codegen can parse back:
+// "gemv.<epilogue>" or "gemm.<epilogue>.m<tile_m>n<tile_n>", epilogue as to_string().
+std::string kernel_name(bool prefill, Epilogue e, int64_t tile_m, int64_t tile_n);
+
+struct Op {
+  OpKind kind = OpKind::Add;
+  std::vector<View> inputs;
+  View output;
+  std::vector<int> weights;  // indices into Program::weights
+  std::vector<int> biases;   // MatMul with a Bias epilogue
+  View residual;             // MatMul with a Residual epilogue
+  Epilogue epilogue = Epilogue::None;
+  MatMulSchedule schedule;   // MatMul only
+
+  // Scalar attributes; which ones matter depends on `kind`.
+  int eps_hparam = -1;       // RmsNorm*: index of the epsilon hparam
+  RopeMode rope_mode = RopeMode::Neox;
+  int rope_base_hparam = -1; // Rope: index of freq_base
+  Expr n_heads;              // Rope: heads in the view; Attention: query heads
+  Expr n_heads_kv;           // Attention
+  Expr head_dim;             // Rope (rotated dims = head_dim), Attention
+  int line = 0;              // DSL source line that produced the op (for profiles)
+};
+
+// ----------------------------------------------------------------- program
+struct Program {
+  std::string arch;          // must equal general.architecture
+  std::string source_name;   // "qwen2.dsl"
+  std::vector<HParam> hparams;
+  std::vector<Check> checks;
+  std::vector<Weight> weights;
+  std::vector<Buffer> buffers;
+  int tokens_buffer = -1;    // I32 [N, 1]: input token ids (filled by the runtime)
+  int logits_buffer = -1;    // F32 [1, vocab]: output of the last op
+  Expr n_layers;             // trip count of the layer loop
+  Expr n_ctx_train;          // context length from the file (upper bound for --ctx)
+  Expr kv_dim;               // K (and V) row width per layer in the cache
+  std::vector<Op> pre;       // ops before the layer loop
+  std::vector<Op> layer;     // ops run once per layer (weights indexed by layer)
+  std::vector<Op> post;      // ops after the loop
+  Expr arena_bytes;          // total arena size for N tokens
+};
+
+// Stable text serialization (embedded in model.so; also `lumenc dump-program`).
+std::string serialize(const Program& p);
+// Throws ParseError with a line number on malformed input.
+Program deserialize(std::string_view text);
+struct ParseError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace lumen::program
