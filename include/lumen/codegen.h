@@ -1,0 +1,44 @@
+// Code generation: matmul kernels written with xbyak, and the emission of a
+// scheduled program plus its kernels into model.so.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lumen/kernel_abi.h"
+#include "lumen/program.h"
+
+namespace lumen::codegen {
+
+// Machine code of one kernel, position independent, entry at offset 0, with
+// the signature lumen::MatMulFn. `name` is a program::kernel_name() string.
+// Throws std::invalid_argument for a name it cannot generate.
+std::vector<uint8_t> generate_matmul_kernel(Isa isa, const std::string& name);
+
+// A kernel generated into executable memory of this process (tests, benches).
+class JitKernel {
+ public:
+  JitKernel(Isa isa, const std::string& name);
+  ~JitKernel();
+  JitKernel(const JitKernel&) = delete;
+  JitKernel& operator=(const JitKernel&) = delete;
+  MatMulFn fn() const { return fn_; }
+  size_t code_size() const { return size_; }
+
+ private:
+  void* mem_ = nullptr;
+  size_t size_ = 0;
+  MatMulFn fn_ = nullptr;
+};
+
+// Scalar reference for a kernel call over the packed format: the oracle the
+// generated kernels are tested against, and a fallback for bring-up.
+void reference_matmul(Isa isa, program::Epilogue epilogue, const MatMulArgs& args);
+
+// Writes model.so for `program`: every kernel its schedules name, generated
+// for `isa`, plus the serialized program, behind the C ABI of model_abi.h.
+// Throws std::runtime_error (one-line message) when the toolchain step fails.
+void emit_model_so(const program::Program& program, Isa isa, const std::string& out_path);
+
+}  // namespace lumen::codegen
