@@ -1,0 +1,297 @@
+// lumen-bench: llama-bench's pp and tg tests on a compiled model, with a
+// roofline beside each row.
+//
+// Semantics follow llama-bench: pp<N> is one prompt of N random tokens
+// evaluated as one batch (logits for the last token only); tg<N> is N
+// single-token evaluations with no prompt; one warm-up run per test; each
+// repetition clears the KV cache; the figure is the mean ± sample standard
+// deviation of the per-repetition tokens/s.
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "lumen/codegen/membw.h"
+#include "lumen/gguf.h"
+#include "lumen/runtime/compiled_model.h"
+#include "lumen/runtime/session.h"
+
+namespace {
+
+using lumen::runtime::Session;
+using Clock = std::chrono::steady_clock;
+
+struct Row {
+  std::string test;       // "pp512", "tg128"
+  int64_t n_prompt = 0, n_gen = 0;
+  int threads = 0;
+  std::vector<double> samples_ts;
+  double mean = 0, sd = 0;
+  double bandwidth_gbs = 0;     // measured read bandwidth at this thread count
+  double bytes_per_token = 0;   // tg: weight bytes read per token
+  double ceiling_ts = 0;        // tg: bandwidth / bytes per token
+  double gops = 0;              // pp: matmul GOP/s
+};
+
+void mean_sd(Row& r) {
+  const double n = double(r.samples_ts.size());
+  for (double v : r.samples_ts) r.mean += v / n;
+  for (double v : r.samples_ts) r.sd += (v - r.mean) * (v - r.mean);
+  r.sd = r.samples_ts.size() > 1 ? std::sqrt(r.sd / (n - 1)) : 0.0;
+}
+
+// Weight bytes a decode step reads: every matmul weight once (packed), every
+// F32 vector, and one row of the embedding table.
+double weight_bytes_per_token(const Session& s) {
+  double bytes = double(s.load_stats().packed_bytes);
+  const auto& prog = s.model().program;
+  std::string embed_name;
+  for (const auto& op : prog.pre)
+    if (op.kind == lumen::program::OpKind::Embed && !op.weights.empty())
+      embed_name = prog.weights[size_t(op.weights[0])].gguf_name;
+  for (const auto& t : s.gguf().tensors()) {
+    if (t.type == lumen::gguf::TensorType::F32 || t.type == lumen::gguf::TensorType::F16)
+      bytes += double(t.n_bytes);
+    if (t.name == embed_name && t.ne.size() >= 2 && t.ne[1] > 0) bytes += double(t.n_bytes) / double(t.ne[1]);
+  }
+  return bytes;
+}
+
+// Multiply-adds per prompt token in the matmuls: all weights but the output
+// head, which runs for the last token only (counted once per prompt).
+double matmul_ops(const Session& s, int64_t n_prompt) {
+  const auto& g = s.gguf();
+  double per_token = 0, once = 0;
+  const auto& prog = s.model().program;
+  std::string head_name;
+  if (!prog.post.empty())
+    for (const auto& op : prog.post)
+      if (op.kind == lumen::program::OpKind::MatMul && !op.weights.empty())
+        head_name = prog.weights[size_t(op.weights[0])].gguf_name;
+  const auto* head = g.find_tensor(head_name);
+  if (!head) {  // tied: the fallback name
+    for (const auto& op : prog.post)
+      if (op.kind == lumen::program::OpKind::MatMul && !op.weights.empty())
+        head = g.find_tensor(prog.weights[size_t(op.weights[0])].fallback);
+  }
+  for (const auto& t : g.tensors()) {
+    if (t.type != lumen::gguf::TensorType::Q8_0 || t.ne.size() < 2) continue;
+    if (&t == head) {
+      once += double(t.n_elements);
+    } else if (t.name.rfind("blk.", 0) == 0) {
+      per_token += double(t.n_elements);
+    }
+  }
+  return 2.0 * (per_token * double(n_prompt) + once);
+}
+
+std::vector<int32_t> random_tokens(std::mt19937& rng, int64_t n, int64_t n_vocab) {
+  std::uniform_int_distribution<int32_t> dist(0, int32_t(n_vocab - 1));
+  std::vector<int32_t> t(size_t(n));
+  for (auto& v : t) v = dist(rng);
+  return t;
+}
+
+double run_pp(Session& s, const std::vector<int32_t>& tokens) {
+  s.clear();
+  const auto t0 = Clock::now();
+  s.eval(tokens);
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double run_tg(Session& s, std::mt19937& rng, int64_t n) {
+  s.clear();
+  std::uniform_int_distribution<int32_t> dist(0, int32_t(s.n_vocab() - 1));
+  const auto t0 = Clock::now();
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t tok = dist(rng);
+    s.eval(std::span<const int32_t>(&tok, 1));
+  }
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::vector<int64_t> parse_list(const std::string& s, const char* what) {
+  std::vector<int64_t> out;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    const size_t comma = std::min(s.find(',', pos), s.size());
+    const std::string item = s.substr(pos, comma - pos);
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size() || v < 0)
+      throw CLI::ValidationError(what, "expects a comma-separated list of counts, got '" + s + "'");
+    out.push_back(v);
+    pos = comma + 1;
+  }
+  return out;
+}
+
+std::string human_size(double bytes) {
+  return bytes >= 1024.0 * 1024 * 1024 ? fmt::format("{:.2f} GiB", bytes / (1024.0 * 1024 * 1024))
+                                       : fmt::format("{:.2f} MiB", bytes / (1024.0 * 1024));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "lumen-bench: llama-bench's prompt-processing (pp) and text-generation (tg) tests on a\n"
+      "compiled model, with the machine's read bandwidth and the roofline beside each row.\n"
+      "Example: lumen-bench model.so --gguf model.gguf -p 128,512 -n 128 -t 1,2 -r 5"};
+  std::string so_path, gguf_path, p_list = "512", n_list = "128", t_list, format = "md";
+  int reps = 5;
+  bool profile = false;
+  std::string kv = "f16";
+  app.add_option("model", so_path, "model.so written by `lumenc compile`")->required();
+  app.add_option("--gguf", gguf_path, "GGUF weights")->required();
+  app.add_option("-p,--n-prompt", p_list, "prompt sizes (comma-separated; 0 to skip)");
+  app.add_option("-n,--n-gen", n_list, "generation lengths (comma-separated; 0 to skip)");
+  app.add_option("-t,--threads", t_list, "thread counts (comma-separated; default: physical cores)");
+  app.add_option("-r,--repetitions", reps, "repetitions per test")->check(CLI::Range(1, 1000));
+  app.add_option("-o,--output", format, "output format")->check(CLI::IsMember({"md", "json"}));
+  app.add_option("--kv", kv, "KV cache type")->check(CLI::IsMember({"f16", "f32"}));
+  app.add_flag("--profile", profile, "after the table, profile one pp and one tg run per op and kernel");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "lumen-bench: error: %s\n", e.what());
+    return 2;
+  }
+
+  try {
+    const auto prompts = parse_list(p_list, "-p");
+    const auto gens = parse_list(n_list, "-n");
+    std::vector<int64_t> threads;
+    if (!t_list.empty()) threads = parse_list(t_list, "-t");
+    for (int64_t t : threads)
+      if (t < 1 || t > 1024) throw CLI::ValidationError("-t", "thread counts must be between 1 and 1024");
+
+    auto model = std::make_shared<const lumen::runtime::CompiledModel>(lumen::runtime::load_model_so(so_path));
+    const int64_t max_p = std::max<int64_t>(1, *std::max_element(prompts.begin(), prompts.end()));
+    const int64_t max_n = *std::max_element(gens.begin(), gens.end());
+
+    std::vector<Row> rows;
+    std::mt19937 rng(1234);
+    std::string model_desc, model_size, params;
+    if (threads.empty()) threads.push_back(0);
+    for (int64_t t : threads) {
+      lumen::runtime::SessionOptions opt;
+      opt.n_threads = int(t);
+      opt.n_batch = max_p;
+      opt.n_ctx = ((max_p + max_n + 31) / 32) * 32;  // as llama-bench: prompt + generation, padded to 32
+      opt.kv_type = kv == "f32" ? lumen::runtime::KvType::F32 : lumen::runtime::KvType::F16;
+      Session s(model, gguf_path, opt);
+      const int nt = s.n_threads();
+      const double bw = lumen::measure_read_bandwidth(size_t(1) << 30, nt, 5);
+      const double bpt = weight_bytes_per_token(s);
+      if (model_desc.empty()) {
+        double n_params = 0, bytes = 0;
+        for (const auto& ti : s.gguf().tensors()) {
+          n_params += double(ti.n_elements);
+          bytes += double(ti.n_bytes);
+        }
+        model_desc = model->program.arch + " Q8_0";
+        model_size = human_size(bytes);
+        params = n_params >= 1e9 ? fmt::format("{:.2f} B", n_params / 1e9) : fmt::format("{:.2f} M", n_params / 1e6);
+        std::fprintf(stderr, "lumen-bench: load %.2f s (pack %.2f s, %s packed), target %s\n",
+                     s.load_stats().load_seconds, s.load_stats().pack_seconds,
+                     human_size(double(s.load_stats().packed_bytes)).c_str(), model->target.c_str());
+      }
+      for (int64_t p : prompts) {
+        if (p == 0) continue;
+        Row r{fmt::format("pp{}", p), p, 0, nt};
+        const auto tokens = random_tokens(rng, p, s.n_vocab());
+        run_pp(s, tokens);  // warm-up
+        for (int i = 0; i < reps; ++i) r.samples_ts.push_back(double(p) / run_pp(s, tokens));
+        mean_sd(r);
+        r.bandwidth_gbs = bw;
+        r.gops = matmul_ops(s, p) * r.mean / double(p) / 1e9;
+        rows.push_back(r);
+      }
+      for (int64_t n : gens) {
+        if (n == 0) continue;
+        Row r{fmt::format("tg{}", n), 0, n, nt};
+        run_tg(s, rng, 1);  // warm-up
+        for (int i = 0; i < reps; ++i) r.samples_ts.push_back(double(n) / run_tg(s, rng, n));
+        mean_sd(r);
+        r.bandwidth_gbs = bw;
+        r.bytes_per_token = bpt;
+        r.ceiling_ts = bw * 1e9 / bpt;
+        rows.push_back(r);
+      }
+    }
+
+    struct rusage ru {};
+    getrusage(RUSAGE_SELF, &ru);
+    if (format == "json") {
+      std::printf("[\n");
+      for (size_t i = 0; i < rows.size(); ++i) {
+        const Row& r = rows[i];
+        std::string samples;
+        for (size_t j = 0; j < r.samples_ts.size(); ++j) samples += fmt::format("{}{:.4f}", j ? ", " : "", r.samples_ts[j]);
+        std::printf(
+            "  {\"model\": \"%s\", \"target\": \"%s\", \"test\": \"%s\", \"n_prompt\": %lld, \"n_gen\": %lld, "
+            "\"threads\": %d, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"samples_ts\": [%s], "
+            "\"bandwidth_gbs\": %.3f, \"bytes_per_token\": %.0f, \"ceiling_ts\": %.4f, \"gops\": %.3f, "
+            "\"peak_rss_mib\": %.1f}%s\n",
+            model_desc.c_str(), model->target.c_str(), r.test.c_str(), (long long)r.n_prompt, (long long)r.n_gen,
+            r.threads, r.mean, r.sd, samples.c_str(), r.bandwidth_gbs, r.bytes_per_token, r.ceiling_ts, r.gops,
+            double(ru.ru_maxrss) / 1024.0, i + 1 < rows.size() ? "," : "");
+      }
+      std::printf("]\n");
+    } else {
+      std::printf("| model | size | params | backend | threads | test | t/s | read GB/s | roofline |\n");
+      std::printf("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
+      for (const Row& r : rows) {
+        const std::string roof =
+            r.n_gen ? fmt::format("{:.1f} MB/tok, ceiling {:.2f} t/s, {:.0f}%", r.bytes_per_token / 1e6,
+                                  r.ceiling_ts, 100.0 * r.mean / r.ceiling_ts)
+                    : fmt::format("{:.1f} GOP/s", r.gops);
+        std::printf("| %s | %s | %s | lumen %s | %d | %s | %.2f ± %.2f | %.1f | %s |\n", model_desc.c_str(),
+                    model_size.c_str(), params.c_str(), model->target.c_str(), r.threads, r.test.c_str(), r.mean,
+                    r.sd, r.bandwidth_gbs, roof.c_str());
+      }
+      std::printf("\npeak RSS %.1f MiB\n", double(ru.ru_maxrss) / 1024.0);
+    }
+
+    if (profile) {
+      lumen::runtime::SessionOptions opt;
+      opt.n_threads = int(threads.front());
+      opt.n_batch = max_p;
+      opt.n_ctx = ((max_p + std::max<int64_t>(max_n, 1) + 31) / 32) * 32;
+      opt.profile = true;
+      Session s(model, gguf_path, opt);
+      run_pp(s, random_tokens(rng, max_p, s.n_vocab()));
+      std::fprintf(stderr, "\nprofile: pp%lld, %d threads\n%s", (long long)max_p, s.n_threads(),
+                   s.profile_report().c_str());
+      if (max_n > 0) {
+        Session g(model, gguf_path, opt);
+        run_tg(g, rng, max_n);
+        std::fprintf(stderr, "\nprofile: tg%lld, %d threads\n%s", (long long)max_n, g.n_threads(),
+                     g.profile_report().c_str());
+      }
+    }
+  } catch (const CLI::ValidationError& e) {
+    std::fprintf(stderr, "lumen-bench: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "lumen-bench: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
