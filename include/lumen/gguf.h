@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -72,7 +73,7 @@ class Error : public std::runtime_error {
 };
 
 // One metadata value. Arrays hold scalars or strings (never nested arrays).
-// Strings read from a file are views into the mapping; the writer owns its own.
+// Values are copied out of the file; tensor data stays in the mapping (zero-copy).
 struct Array;
 using Scalar = std::variant<uint8_t, int8_t, uint16_t, int16_t, uint32_t, int32_t, float, bool,
                             std::string, uint64_t, int64_t, double>;
@@ -162,6 +163,10 @@ class Writer {
   // ne as in ggml (ne[0] = row length). bytes.size() must equal the tensor's size.
   void add_tensor(std::string name, TensorType type, std::vector<int64_t> ne,
                   std::vector<uint8_t> bytes);
+  // Streaming variant for large files: `fill` is called with the tensor's
+  // whole (zeroed) data buffer while the file is written, one tensor at a time.
+  using TensorFill = std::function<void(std::span<uint8_t>)>;
+  void add_tensor(std::string name, TensorType type, std::vector<int64_t> ne, TensorFill fill);
   void set_alignment(uint32_t alignment);  // also writes general.alignment
 
   std::vector<uint8_t> to_bytes() const;
@@ -173,7 +178,11 @@ class Writer {
     TensorType type;
     std::vector<int64_t> ne;
     std::vector<uint8_t> bytes;
+    uint64_t n_bytes = 0;
+    TensorFill fill;  // set instead of bytes for streamed tensors
   };
+  uint64_t checked_tensor_bytes(const std::string& name, TensorType type, const std::vector<int64_t>& ne) const;
+  std::vector<uint8_t> header_bytes() const;
   std::vector<KeyValue> kv_;
   std::vector<PendingTensor> tensors_;
   uint32_t alignment_ = 32;

