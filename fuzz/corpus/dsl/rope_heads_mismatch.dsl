@@ -1,0 +1,15 @@
+model tiny
+param n_embd : int = key("{arch}.embedding_length")
+param n_ff : int = key("{arch}.feed_forward_length")
+param n_layer : int = key("{arch}.block_count")
+param n_head : int = key("{arch}.attention.head_count")
+param n_head_kv : int = key("{arch}.attention.head_count_kv")
+let head_dim = n_embd / n_head
+check n_embd % n_head == 0 : "n_embd must be a multiple of n_head"
+weight w : q8_0[n_embd, n_embd] = "w.weight"
+weight wk : q8_0[n_head_kv * head_dim, n_embd] = "k.weight"
+forward(tokens : i32[N]) -> f32[1, n_embd] {
+  x = embed(w, tokens)
+  k = rope(matmul(x, wk), heads = n_head, dim = head_dim)
+  return matmul(last(x), w)
+}

@@ -1,0 +1,2 @@
+model tiny
+let x = 3 · 4

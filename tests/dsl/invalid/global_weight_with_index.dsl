@@ -1,0 +1,3 @@
+model tiny
+param n_embd : int = key("{arch}.embedding_length")
+weight w : f32[n_embd] = "blk.{i}.w.weight"

@@ -1,0 +1,2 @@
+model tiny
+let n_embd = key("{arch}.embedding_length")

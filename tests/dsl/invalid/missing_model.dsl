@@ -1,0 +1,1 @@
+param n_embd : int = key("{arch}.embedding_length")

@@ -1,0 +1,2 @@
+model tiny
+param n_embd : int = key("{arch}.embedding_length")

@@ -1,0 +1,2 @@
+model tiny
+param n_embd = key("{arch}.embedding_length")

@@ -1,0 +1,2 @@
+model tiny
+let N = 4

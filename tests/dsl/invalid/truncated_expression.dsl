@@ -1,0 +1,3 @@
+model tiny
+let a = 2 *
+let b = 3
