@@ -1,0 +1,106 @@
+// Token sampling as llama.cpp's default chain (common/sampling.cpp):
+// penalties -> top-k -> top-p -> min-p -> temperature -> random draw with
+// std::mt19937 + std::discrete_distribution; greedy (argmax, ties to the
+// lowest id) when temp <= 0. Also stop-string matching for streamed output.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lumen {
+
+// Seed value meaning "pick a random seed" (llama.cpp's LLAMA_DEFAULT_SEED).
+inline constexpr uint64_t kRandomSeed = 0xFFFFFFFF;
+
+struct SamplerParams {
+  int32_t top_k = 40;               // <= 0: keep all
+  float top_p = 0.95f;              // >= 1: off
+  float min_p = 0.05f;              // <= 0: off
+  float temp = 0.8f;                // <= 0: greedy
+  float repeat_penalty = 1.0f;      // 1: off
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
+  int32_t repeat_last_n = 64;       // tokens of history the penalties look at
+  // kRandomSeed draws one from std::random_device; other values seed
+  // std::mt19937 with their low 32 bits, as llama.cpp's uint32 seed.
+  uint64_t seed = kRandomSeed;
+};
+
+// One entry of the candidate set the final draw picks from.
+struct Candidate {
+  int32_t id;
+  float logit;  // after penalties and temperature
+  float p;      // softmax over the candidates
+};
+
+class Sampler {
+ public:
+  // Throws std::invalid_argument for nonsensical parameters (negative
+  // repeat_last_n, repeat_penalty <= 0, NaN values).
+  explicit Sampler(const SamplerParams& params = {});
+
+  // Picks the next token from one row of logits (index = token id). Does not
+  // record it: call accept() with the token that is actually used. Throws
+  // std::invalid_argument on empty logits. NaN logits count as -inf.
+  int32_t sample(std::span<const float> logits);
+  // Adds a token to the penalty history. llama-cli also accepts every prompt token.
+  void accept(int32_t id);
+  // Clears the history and restarts the random sequence from the seed.
+  void reset();
+
+  // The candidates sample() would draw from, best first (for tests and debugging).
+  std::vector<Candidate> candidates(std::span<const float> logits) const;
+
+  uint32_t seed() const { return seed_; }
+  const SamplerParams& params() const { return params_; }
+
+ private:
+  // Fills work_ with the filtered candidates; returns the greedy pick when temp <= 0, else -1.
+  int32_t filter(std::span<const float> logits, std::vector<Candidate>& work) const;
+
+  SamplerParams params_;
+  uint32_t seed_;
+  std::mt19937 rng_;
+  std::vector<int32_t> history_;  // ring buffer of the last repeat_last_n accepted tokens
+  size_t history_next_ = 0;
+  std::vector<Candidate> work_;
+};
+
+// Where a stop string occurs in generated text, and how much of the text can
+// be shown without possibly showing part of a stop string.
+struct StopScan {
+  static constexpr size_t npos = std::string_view::npos;
+  size_t stop_at = npos;  // offset of the earliest complete stop string, or npos
+  size_t safe = 0;        // bytes that can be streamed: up to stop_at, or up to a
+                          // suffix that could still grow into a stop string
+};
+StopScan scan_stop_strings(std::string_view text, std::span<const std::string> stops);
+
+// Streams generated text: holds back incomplete UTF-8 characters and any
+// tail that may be the start of a stop string, and cuts the text at the
+// first complete stop string (which is never shown).
+class TextStreamer {
+ public:
+  explicit TextStreamer(std::vector<std::string> stops = {});
+  // Adds the bytes of one token; returns the text that is now safe to print.
+  // After a stop string completed, returns the text before it and then nothing.
+  std::string push(std::string_view piece);
+  bool stopped() const { return stopped_; }
+  // End of generation without a stop string: returns everything still held.
+  std::string finish();
+  // All text accepted so far (up to the stop string when stopped).
+  const std::string& text() const { return text_; }
+
+ private:
+  std::vector<std::string> stops_;
+  std::string text_;
+  size_t emitted_ = 0;
+  bool stopped_ = false;
+};
+
+}  // namespace lumen

@@ -1,0 +1,142 @@
+// Text <-> token ids for byte-level BPE vocabularies (GGUF tokenizer.ggml.model
+// = "gpt2") with the Qwen2 pre-tokenizer, reproducing llama.cpp's ids exactly:
+// special-token partition, the qwen2 split regex (hand-written over Unicode
+// categories, with llama.cpp's std::regex semantics), GPT-2 byte mapping, BPE
+// merges by (rank, leftmost), and detokenization per token type.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lumen {
+
+namespace gguf {
+class File;
+}
+namespace detail {
+struct VocabularyView;
+}
+
+// Unicode facts the pre-tokenizer needs; tables are generated from the UCD
+// by tools/gen_unicode_tables.py into src/runtime/unicode_tables.cpp.
+namespace unicode {
+
+// General category class; numbering matches the generated tables.
+enum class Category : uint8_t {
+  Unassigned = 0, Letter = 1, Number = 2, Punctuation = 3, Symbol = 4, Mark = 5,
+  Separator = 6, Control = 7,
+};
+// Codepoints >= 0x110000 are Unassigned.
+Category category(uint32_t cpt);
+// The White_Space property (PropList.txt).
+bool is_white_space(uint32_t cpt);
+
+// Decodes like llama.cpp's unicode_cpts_from_utf8: lenient about overlong forms
+// and surrogates, and every byte that does not start a complete sequence
+// becomes one U+FFFD (as do sequences decoding above U+10FFFF).
+std::vector<uint32_t> decode_utf8(std::string_view text);
+// Appends the UTF-8 encoding of cpt (cpt <= 0x10FFFF; larger values append U+FFFD).
+void append_utf8(std::string& out, uint32_t cpt);
+// Bytes in the sequence started by this lead byte (1 for ASCII and for bytes
+// that cannot start a sequence).
+size_t utf8_sequence_length(uint8_t lead);
+
+}  // namespace unicode
+
+// Token types as stored in tokenizer.ggml.token_type (llama.h llama_token_type).
+enum class TokenType : int32_t {
+  Undefined = 0, Normal = 1, Unknown = 2, Control = 3, UserDefined = 4, Unused = 5, Byte = 6,
+};
+
+// The tokenizer.* metadata of a model, decoded. from_gguf() fills it from a
+// file; tests may build one by hand.
+struct Vocabulary {
+  std::string model = "gpt2";             // tokenizer.ggml.model
+  std::string pre = "qwen2";              // tokenizer.ggml.pre
+  std::vector<std::string> tokens;        // byte-level encoded text ("Ġworld")
+  std::vector<TokenType> types;           // empty means all Normal
+  std::vector<std::string> merges;        // "left right", rank = index
+  std::optional<int64_t> bos, eos, eot, eom, unk, pad;  // *_token_id keys, unchecked
+  std::optional<bool> add_bos, add_eos;
+
+  // Reads the tokenizer.* keys; throws std::runtime_error (one line) when a key
+  // is missing or has the wrong type, or token_type does not match tokens.
+  static Vocabulary from_gguf(const gguf::File& file);
+};
+
+// The qwen2 pre-tokenizer: splits text (UTF-8, invalid bytes read as U+FFFD)
+// into words exactly as llama.cpp does for tokenizer.ggml.pre = "qwen2".
+std::vector<std::string> qwen2_pre_tokenize(std::string_view text);
+
+// GPT-2 byte-to-unicode mapping: the UTF-8 text of the codepoint that byte b
+// is written as in vocabulary entries (0x20 -> "Ġ").
+const std::string& byte_to_token_char(uint8_t b);
+
+class Tokenizer {
+ public:
+  // Throws std::runtime_error with a one-line message on bad or missing
+  // tokenizer metadata (wrong types, token_type count != tokens, model other
+  // than gpt2, pre-tokenizer other than qwen2).
+  static Tokenizer from_gguf(const gguf::File& file);
+  static Tokenizer from_vocabulary(const Vocabulary& vocab);
+
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+  // Token ids of text. No BOS/EOS is added (add_bos() says whether the model
+  // wants one). With parse_special, CONTROL and UNKNOWN token texts in the
+  // input become their ids; USER_DEFINED texts always do.
+  std::vector<int32_t> encode(std::string_view text, bool parse_special = true) const;
+  // The bytes of one token: NORMAL tokens byte-decoded, USER_DEFINED raw,
+  // CONTROL/UNKNOWN raw only when special is true, others empty.
+  // Throws std::out_of_range for an id outside [0, n_vocab).
+  std::string token_text(int32_t id, bool special = false) const;
+  std::string decode(std::span<const int32_t> ids, bool special = false) const;
+
+  // The text stored in the vocabulary (byte-level encoded); throws out_of_range.
+  std::string_view token_raw_text(int32_t id) const;
+  TokenType token_type(int32_t id) const;  // after llama.cpp's forcing of EOG tokens to CONTROL
+  // Id of an exact vocabulary text, if any.
+  std::optional<int32_t> find_token(std::string_view raw_text) const;
+
+  // End-of-generation: <|im_end|>, <|endoftext|>, fim pad/rep/sep and the
+  // other texts llama.cpp treats as EOG, plus eos/eot/eom.
+  bool is_eog(int32_t id) const;
+  const std::vector<int32_t>& eog_ids() const;
+
+  int32_t n_vocab() const;
+  std::optional<int32_t> bos() const;
+  std::optional<int32_t> eos() const;
+  std::optional<int32_t> eot() const;
+  bool add_bos() const;
+  bool add_eos() const;
+
+ private:
+  struct Impl;
+  explicit Tokenizer(std::unique_ptr<Impl> impl);
+  static Tokenizer build(const detail::VocabularyView& vocab);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Holds back an incomplete UTF-8 sequence at the end of streamed bytes so a
+// terminal never sees half a character. Bytes that can never complete a
+// sequence are passed through unchanged.
+class Utf8Streamer {
+ public:
+  // Returns the bytes of `bytes` (after any held ones) up to the last complete character.
+  std::string push(std::string_view bytes);
+  // Returns whatever is still held (possibly an incomplete sequence) and clears it.
+  std::string flush();
+
+ private:
+  std::string pending_;
+};
+
+}  // namespace lumen

@@ -1,0 +1,847 @@
+// Byte-level BPE tokenizer with the qwen2 pre-tokenizer, matching llama.cpp
+// (src/llama-vocab.cpp, src/unicode.cpp) token for token. See docs/tokenizer.md.
+//
+// Pipeline of encode(): special-token partition -> qwen2 split of each raw
+// fragment -> GPT-2 byte mapping -> BPE merges per word -> ids.
+// Internally BPE works on "pieces": interned strings numbered like the token
+// ids where the string is a token, so merges are a hash lookup on a pair of
+// integers rather than on strings.
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <queue>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lumen/gguf.h"
+#include "lumen/tokenizer.h"
+
+namespace lumen {
+
+namespace {
+
+using unicode::Category;
+
+// ---------------------------------------------------------------------------
+// GPT-2 byte <-> unicode mapping (printable bytes map to themselves; the other
+// 68 bytes map to U+0100.. in increasing byte order).
+struct ByteMapping {
+  std::array<std::string, 256> byte_to_text;
+  std::array<int16_t, 0x144> cpt_to_byte;  // -1: not a mapped codepoint; all mapped ones are < 0x144
+
+  ByteMapping() {
+    cpt_to_byte.fill(-1);
+    uint32_t next_extra = 0x100;
+    for (uint32_t b = 0; b < 256; ++b) {
+      const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+      const uint32_t cpt = printable ? b : next_extra++;
+      unicode::append_utf8(byte_to_text[b], cpt);
+      cpt_to_byte[cpt] = static_cast<int16_t>(b);
+    }
+  }
+};
+
+const ByteMapping& byte_mapping() {
+  static const ByteMapping mapping;
+  return mapping;
+}
+
+// ---------------------------------------------------------------------------
+// qwen2 pre-tokenizer. llama.cpp runs std::regex (ECMAScript) with
+//   (?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|
+//   ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+// on a "collapsed" string where each codepoint >= 128 is one byte standing for
+// its class (White_Space first, then L, N, P, anything else). So \s there is
+// ASCII " \t\n\v\f\r" or a non-ASCII White_Space codepoint, and \p{L}/\p{N}
+// are ASCII letters/digits or non-ASCII, non-space L/N codepoints. The
+// matcher below tries the alternatives in order with the same backtracking
+// outcome; every codepoint matches some alternative, so words are contiguous.
+
+enum CharFlags : uint8_t {
+  kLetter = 1,
+  kNumber = 2,
+  kSpace = 4,     // \s
+  kNewline = 8,   // \r or \n
+};
+
+uint8_t char_flags(uint32_t cpt) {
+  if (cpt < 128) {
+    const char c = static_cast<char>(cpt);
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return kLetter;
+    if (c >= '0' && c <= '9') return kNumber;
+    if (c == '\r' || c == '\n') return kSpace | kNewline;
+    if (c == ' ' || c == '\t' || c == '\v' || c == '\f') return kSpace;
+    return 0;
+  }
+  if (unicode::is_white_space(cpt)) return kSpace;
+  switch (unicode::category(cpt)) {
+    case Category::Letter: return kLetter;
+    case Category::Number: return kNumber;
+    default: return 0;
+  }
+}
+
+uint32_t ascii_lower(uint32_t c) { return (c >= 'A' && c <= 'Z') ? c + ('a' - 'A') : c; }
+
+// Length in codepoints of the match starting at i (always >= 1).
+size_t match_qwen2(const std::vector<uint32_t>& cpts, const std::vector<uint8_t>& flags, size_t i) {
+  const size_t n = cpts.size();
+  const uint8_t f = flags[i];
+  // 1: contractions, ASCII only: 's 't 're 've 'm 'll 'd (any case).
+  if (cpts[i] == '\'' && i + 1 < n) {
+    const uint32_t c1 = ascii_lower(cpts[i + 1]);
+    if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return 2;
+    if (i + 2 < n) {
+      const uint32_t c2 = ascii_lower(cpts[i + 2]);
+      if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) return 3;
+    }
+  }
+  // 2: [^\r\n\p{L}\p{N}]?\p{L}+
+  {
+    size_t j = i;
+    if (!(f & (kLetter | kNumber | kNewline))) ++j;
+    if (j < n && (flags[j] & kLetter)) {
+      while (j < n && (flags[j] & kLetter)) ++j;
+      return j - i;
+    }
+  }
+  // 3: \p{N} (one digit)
+  if (f & kNumber) return 1;
+  // 4: ' ?[^\s\p{L}\p{N}]+[\r\n]*'
+  {
+    constexpr uint8_t kNotOther = kSpace | kLetter | kNumber;
+    size_t j = cpts[i] == ' ' ? i + 1 : i;
+    if (j < n && !(flags[j] & kNotOther)) {
+      while (j < n && !(flags[j] & kNotOther)) ++j;
+      while (j < n && (flags[j] & kNewline)) ++j;
+      return j - i;
+    }
+  }
+  if (f & kSpace) {
+    size_t end = i;
+    while (end < n && (flags[end] & kSpace)) ++end;
+    // 5: \s*[\r\n]+ -- ends after the last newline of the whitespace run.
+    for (size_t k = end; k > i; --k) {
+      if (flags[k - 1] & kNewline) return k - i;
+    }
+    // 6: \s+(?!\S) -- the whole run at the end of the text, else all but its last char.
+    if (end == n) return end - i;
+    if (end - i >= 2) return end - 1 - i;
+    // 7: \s+
+    return end - i;
+  }
+  return 1;  // not reachable: some alternative matches every codepoint
+}
+
+}  // namespace
+
+const std::string& byte_to_token_char(uint8_t b) { return byte_mapping().byte_to_text[b]; }
+
+std::vector<std::string> qwen2_pre_tokenize(std::string_view text) {
+  const std::vector<uint32_t> cpts = unicode::decode_utf8(text);
+  std::vector<uint8_t> flags(cpts.size());
+  for (size_t i = 0; i < cpts.size(); ++i) flags[i] = char_flags(cpts[i]);
+  std::vector<std::string> words;
+  for (size_t i = 0; i < cpts.size();) {
+    const size_t length = match_qwen2(cpts, flags, i);
+    std::string word;
+    for (size_t k = i; k < i + length; ++k) unicode::append_utf8(word, cpts[k]);
+    words.push_back(std::move(word));
+    i += length;
+  }
+  return words;
+}
+
+// ---------------------------------------------------------------------------
+// Vocabulary metadata
+
+namespace {
+
+[[noreturn]] void fail(const std::string& message) {
+  throw std::runtime_error("tokenizer: " + message);
+}
+
+template <typename T>
+std::optional<T> get_checked(const std::string& key, auto&& getter) {
+  try {
+    return getter(key);
+  } catch (const gguf::Error& e) {
+    fail(e.what());
+  }
+}
+
+}  // namespace
+
+// The tokenizer metadata with the two big string arrays as views, so that
+// loading from a GGUF file does not copy 300k strings.
+struct detail::VocabularyView {
+  std::string model, pre;
+  std::vector<std::string_view> tokens, merges;
+  std::vector<TokenType> types;
+  std::optional<int64_t> bos, eos, eot, eom, unk, pad;
+  std::optional<bool> add_bos, add_eos;
+};
+
+namespace {
+
+using detail::VocabularyView;
+
+// Views of the strings of an array-of-strings key; nullopt when absent.
+std::optional<std::vector<std::string_view>> string_array_view(const gguf::File& file, const std::string& key) {
+  const gguf::KeyValue* kv = file.find(key);
+  if (!kv) return std::nullopt;
+  if (kv->value.type != gguf::ValueType::Array || kv->value.array().elem_type != gguf::ValueType::String) {
+    fail("key " + key + " has wrong type " + std::string(gguf::to_string(kv->value.type)) +
+         (kv->value.type == gguf::ValueType::Array
+              ? " of " + std::string(gguf::to_string(kv->value.array().elem_type))
+              : std::string()) +
+         ", expected array of string");
+  }
+  std::vector<std::string_view> views;
+  views.reserve(kv->value.array().items.size());
+  for (const gguf::Scalar& item : kv->value.array().items) views.emplace_back(std::get<std::string>(item));
+  return views;
+}
+
+VocabularyView view_of(const gguf::File& file) {
+  VocabularyView v;
+  const auto get_string = [&](const std::string& key) {
+    return get_checked<std::string>(key, [&](const std::string& k) { return file.get_string(k); });
+  };
+  const auto get_id = [&](const std::string& key) {
+    return get_checked<int64_t>(key, [&](const std::string& k) { return file.get_int(k); });
+  };
+  const auto get_bool = [&](const std::string& key) {
+    return get_checked<bool>(key, [&](const std::string& k) { return file.get_bool(k); });
+  };
+
+  const auto model = get_string("tokenizer.ggml.model");
+  if (!model) fail("missing key tokenizer.ggml.model");
+  v.model = *model;
+  const auto pre = get_string("tokenizer.ggml.pre");
+  if (!pre) fail("missing key tokenizer.ggml.pre");
+  v.pre = *pre;
+
+  auto tokens = string_array_view(file, "tokenizer.ggml.tokens");
+  if (!tokens) fail("missing key tokenizer.ggml.tokens");
+  v.tokens = std::move(*tokens);
+  if (auto merges = string_array_view(file, "tokenizer.ggml.merges")) v.merges = std::move(*merges);
+
+  const auto types = get_checked<std::vector<int32_t>>(
+      "tokenizer.ggml.token_type", [&](const std::string& k) { return file.get_i32_array(k); });
+  if (types) {
+    v.types.reserve(types->size());
+    for (int32_t t : *types) v.types.push_back(static_cast<TokenType>(t));
+  }
+
+  v.bos = get_id("tokenizer.ggml.bos_token_id");
+  v.eos = get_id("tokenizer.ggml.eos_token_id");
+  v.eot = get_id("tokenizer.ggml.eot_token_id");
+  v.eom = get_id("tokenizer.ggml.eom_token_id");
+  v.unk = get_id("tokenizer.ggml.unknown_token_id");
+  v.pad = get_id("tokenizer.ggml.padding_token_id");
+  v.add_bos = get_bool("tokenizer.ggml.add_bos_token");
+  v.add_eos = get_bool("tokenizer.ggml.add_eos_token");
+  return v;
+}
+
+VocabularyView view_of(const Vocabulary& vocab) {
+  VocabularyView v;
+  v.model = vocab.model;
+  v.pre = vocab.pre;
+  v.tokens.assign(vocab.tokens.begin(), vocab.tokens.end());
+  v.merges.assign(vocab.merges.begin(), vocab.merges.end());
+  v.types = vocab.types;
+  v.bos = vocab.bos;
+  v.eos = vocab.eos;
+  v.eot = vocab.eot;
+  v.eom = vocab.eom;
+  v.unk = vocab.unk;
+  v.pad = vocab.pad;
+  v.add_bos = vocab.add_bos;
+  v.add_eos = vocab.add_eos;
+  return v;
+}
+
+}  // namespace
+
+Vocabulary Vocabulary::from_gguf(const gguf::File& file) {
+  const VocabularyView view = view_of(file);
+  Vocabulary v;
+  v.model = view.model;
+  v.pre = view.pre;
+  v.tokens.assign(view.tokens.begin(), view.tokens.end());
+  v.merges.assign(view.merges.begin(), view.merges.end());
+  v.types = view.types;
+  v.bos = view.bos;
+  v.eos = view.eos;
+  v.eot = view.eot;
+  v.eom = view.eom;
+  v.unk = view.unk;
+  v.pad = view.pad;
+  v.add_bos = view.add_bos;
+  v.add_eos = view.add_eos;
+  return v;
+}
+
+// ---------------------------------------------------------------------------
+// Tokenizer
+
+namespace {
+
+// Open-addressing hash tables: loading builds about 450k entries, and node
+// based maps spend most of the load time in allocation and cache misses.
+
+// Text -> piece id. Keys are not stored; texts are read back through the
+// caller's text_of(id), so a slot is 8 bytes.
+class PieceTable {
+ public:
+  void reserve(size_t n) {
+    size_t capacity = 16;
+    while (capacity < n + n / 2) capacity *= 2;
+    slots_.assign(capacity, Slot{0, -1});
+    mask_ = capacity - 1;
+  }
+  // Slot of text: its entry, or the empty slot where it would go.
+  template <typename TextOf>
+  size_t locate(std::string_view text, uint64_t hash, const TextOf& text_of) const {
+    const auto tag = static_cast<uint32_t>(hash >> 32);
+    size_t i = hash & mask_;
+    while (slots_[i].id >= 0 && !(slots_[i].tag == tag && text_of(slots_[i].id) == text)) i = (i + 1) & mask_;
+    return i;
+  }
+  int32_t id_at(size_t slot) const { return slots_[slot].id; }
+  void set(size_t slot, uint64_t hash, int32_t id) {
+    if (slots_[slot].id < 0) ++size_;
+    slots_[slot] = Slot{static_cast<uint32_t>(hash >> 32), id};
+  }
+  // Linear probing stays short up to a load of 3/4.
+  bool needs_growth() const { return 4 * (size_ + 1) > 3 * slots_.size(); }
+  void prefetch(uint64_t hash) const { __builtin_prefetch(&slots_[hash & mask_]); }
+  // Doubles the table; text_of must still resolve every stored id.
+  template <typename TextOf>
+  void grow(const TextOf& text_of) {
+    std::vector<Slot> old;
+    old.swap(slots_);
+    slots_.assign(old.size() * 2, Slot{0, -1});
+    mask_ = slots_.size() - 1;
+    for (const Slot& s : old) {
+      if (s.id < 0) continue;
+      const std::string_view text = text_of(s.id);
+      slots_[locate(text, hash(text), text_of)] = s;
+    }
+  }
+  static uint64_t hash(std::string_view text) {
+    // FNV-1a, then a multiply to spread the bits over both halves.
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
+    return h * 0x9E3779B97F4A7C15ull;
+  }
+
+ private:
+  struct Slot {
+    uint32_t tag;  // high half of the hash; the low bits pick the slot
+    int32_t id;    // -1: empty
+  };
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
+  size_t size_ = 0;
+};
+
+struct Merge {
+  int32_t rank;
+  int32_t result;  // piece id of left + right
+};
+
+// (left piece, right piece) -> merge.
+class MergeTable {
+ public:
+  void reserve(size_t n) {
+    size_t capacity = 16;
+    while (capacity < n + n / 2) capacity *= 2;
+    slots_.assign(capacity, Slot{kEmpty, {}});
+    mask_ = capacity - 1;
+  }
+  const Merge* find(int32_t left, int32_t right) const {
+    const uint64_t key = pair_key(left, right);
+    for (size_t i = slot_of(key);; i = (i + 1) & mask_) {
+      if (slots_[i].key == key) return &slots_[i].merge;
+      if (slots_[i].key == kEmpty) return nullptr;
+    }
+  }
+  void prefetch(int32_t left, int32_t right) const { __builtin_prefetch(&slots_[slot_of(pair_key(left, right))]); }
+  // Keeps the first merge of a pair, as llama.cpp's bpe_ranks.emplace does.
+  void insert_if_absent(int32_t left, int32_t right, Merge merge) {
+    const uint64_t key = pair_key(left, right);
+    size_t i = slot_of(key);
+    while (slots_[i].key != kEmpty) {
+      if (slots_[i].key == key) return;
+      i = (i + 1) & mask_;
+    }
+    slots_[i] = Slot{key, merge};
+  }
+
+ private:
+  static constexpr uint64_t kEmpty = ~uint64_t{0};
+  struct Slot {
+    uint64_t key;
+    Merge merge;
+  };
+  static uint64_t pair_key(int32_t left, int32_t right) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+  }
+  size_t slot_of(uint64_t key) const { return ((key * 0x9E3779B97F4A7C15ull) >> 20) & mask_; }
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
+};
+
+// Texts llama.cpp recognises as end of generation (llama-vocab.cpp load()).
+constexpr std::string_view kEogTexts[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>",
+    // fill-in-the-middle pad / repo / separator tokens
+    "<|fim_pad|>", "<fim-pad>", "<PAD>", "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>",
+    "<|file_sep|>", "<fim-sep>", "<SEP>",
+};
+constexpr std::string_view kEotTexts[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
+    "<｜end▁of▁sentence｜>",
+};
+
+}  // namespace
+
+struct Tokenizer::Impl {
+  // Piece texts back to back: pieces 0..n_vocab-1 are the tokens' raw texts,
+  // later ones are merge parts and results that are not tokens.
+  std::string arena;
+  std::vector<uint32_t> piece_offsets{0};  // piece i is [offsets[i], offsets[i+1])
+  int32_t n_tokens = 0;
+  std::vector<TokenType> types;
+  PieceTable piece_ids;              // text -> piece id (the token id when < n_vocab)
+  MergeTable merges;
+  std::array<int32_t, 256> byte_piece{};   // piece of each single mapped byte
+  std::vector<int32_t> special_tokens;     // CONTROL | USER_DEFINED | UNKNOWN, longest first
+  std::vector<int32_t> eog;
+  std::vector<bool> is_eog;
+  std::optional<int32_t> bos, eos, eot;
+  bool add_bos = false, add_eos = false;
+  bool has_duplicate_tokens = false;
+
+  int32_t n_vocab() const { return n_tokens; }
+  std::string_view piece_text(int32_t piece) const {
+    return std::string_view(arena).substr(piece_offsets[piece], piece_offsets[piece + 1] - piece_offsets[piece]);
+  }
+  int32_t append_piece(std::string_view text) {
+    arena.append(text);
+    if (arena.size() > UINT32_MAX) fail("vocabulary text too large");
+    piece_offsets.push_back(static_cast<uint32_t>(arena.size()));
+    return static_cast<int32_t>(piece_offsets.size() - 2);
+  }
+  // Piece id of text, or -1.
+  int32_t find_piece(std::string_view text) const {
+    const auto text_of = [this](int32_t id) { return piece_text(id); };
+    return piece_ids.id_at(piece_ids.locate(text, PieceTable::hash(text), text_of));
+  }
+  // Maps text to piece `id`, or when id < 0 to its existing piece or a new one.
+  // `text` must not point into the arena unless id >= 0.
+  int32_t intern(std::string_view text, int32_t id = -1) { return intern_hashed(text, PieceTable::hash(text), id); }
+  int32_t intern_hashed(std::string_view text, uint64_t hash, int32_t id) {
+    const auto text_of = [this](int32_t piece) { return piece_text(piece); };
+    if (piece_ids.needs_growth()) piece_ids.grow(text_of);
+    const size_t slot = piece_ids.locate(text, hash, text_of);
+    if (id < 0) {
+      if (piece_ids.id_at(slot) >= 0) return piece_ids.id_at(slot);
+      id = append_piece(text);
+    } else if (piece_ids.id_at(slot) >= 0) {
+      has_duplicate_tokens = true;
+    }
+    piece_ids.set(slot, hash, id);
+    return id;
+  }
+
+  void encode_fragment(std::string_view text, std::vector<int32_t>& out) const;
+  void encode_word(std::string_view word, std::vector<int32_t>& out) const;
+};
+
+namespace {
+
+std::string decode_normal_token(std::string_view text) {
+  // llama_decode_text: each codepoint maps back to one byte; unknown ones are
+  // spelled out as llama.cpp does.
+  const auto& to_byte = byte_mapping().cpt_to_byte;
+  std::string out;
+  for (uint32_t cpt : unicode::decode_utf8(text)) {
+    if (cpt < to_byte.size() && to_byte[cpt] >= 0) {
+      out += static_cast<char>(to_byte[cpt]);
+      continue;
+    }
+    std::string utf8;
+    unicode::append_utf8(utf8, cpt);
+    out += "[UNK_BYTE_0x";
+    static constexpr char kHex[] = "0123456789abcdef";
+    for (unsigned char c : utf8) {
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+    out += text;
+    out += ']';
+  }
+  return out;
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::from_gguf(const gguf::File& file) { return build(view_of(file)); }
+
+Tokenizer Tokenizer::from_vocabulary(const Vocabulary& vocab) { return build(view_of(vocab)); }
+
+Tokenizer Tokenizer::build(const VocabularyView& v) {
+  if (v.model != "gpt2") fail("unsupported tokenizer.ggml.model '" + v.model + "' (only gpt2 byte-level BPE)");
+  if (v.pre != "qwen2" && v.pre != "deepseek-r1-qwen") {
+    fail("unsupported tokenizer.ggml.pre '" + v.pre + "' (only qwen2)");
+  }
+  if (v.tokens.empty()) fail("tokenizer.ggml.tokens is empty");
+  if (v.tokens.size() > static_cast<size_t>(INT32_MAX / 2)) fail("too many tokens");
+  if (!v.types.empty() && v.types.size() != v.tokens.size()) {
+    fail("tokenizer.ggml.token_type has " + std::to_string(v.types.size()) + " entries for " +
+         std::to_string(v.tokens.size()) + " tokens");
+  }
+
+  auto impl = std::make_unique<Impl>();
+  Impl& t = *impl;
+  const size_t n = v.tokens.size();
+  t.n_tokens = static_cast<int32_t>(n);
+  size_t text_bytes = 0;
+  for (std::string_view token : v.tokens) text_bytes += token.size();
+  t.arena.reserve(text_bytes + text_bytes / 4);
+  t.piece_offsets.reserve(n + n / 8);
+  for (std::string_view token : v.tokens) t.append_piece(token);
+  t.types.assign(n, TokenType::Normal);
+  for (size_t i = 0; i < v.types.size(); ++i) {
+    const auto raw = static_cast<int32_t>(v.types[i]);
+    t.types[i] = (raw >= 0 && raw <= 6) ? v.types[i] : TokenType::Undefined;
+  }
+
+  // Like llama.cpp's token_to_id, the last of duplicate texts wins.
+  t.piece_ids.reserve(n + n / 8);
+  // The table is far larger than the caches: hashes are computed a block
+  // ahead and their slots prefetched, so the misses overlap.
+  constexpr size_t kBlock = 64;
+  std::array<uint64_t, kBlock> hashes;
+  for (size_t begin = 0; begin < n; begin += kBlock) {
+    const size_t end = std::min(n, begin + kBlock);
+    for (size_t i = begin; i < end; ++i) {
+      hashes[i - begin] = PieceTable::hash(t.piece_text(static_cast<int32_t>(i)));
+      t.piece_ids.prefetch(hashes[i - begin]);
+    }
+    for (size_t i = begin; i < end; ++i) {
+      const auto id = static_cast<int32_t>(i);
+      t.intern_hashed(t.piece_text(id), hashes[i - begin], id);
+    }
+  }
+
+  for (uint32_t b = 0; b < 256; ++b) t.byte_piece[b] = t.intern(byte_to_token_char(static_cast<uint8_t>(b)));
+
+  // Merges: rank = index; split at the first space after position 0; the
+  // first occurrence of a pair keeps its rank. Lines without a split can never match.
+  // Trained vocabularies usually list the result of merge r as token 256 + r;
+  // that guess is checked and saves a lookup (only valid without duplicate texts).
+  t.merges.reserve(v.merges.size());
+  struct Split {
+    std::string_view left, right;
+    uint64_t left_hash, right_hash;
+  };
+  std::array<Split, kBlock> splits;
+  std::string joined;
+  for (size_t begin = 0; begin < v.merges.size(); begin += kBlock) {
+    const size_t end = std::min(v.merges.size(), begin + kBlock);
+    for (size_t rank = begin; rank < end; ++rank) {
+      Split& split = splits[rank - begin];
+      const std::string_view line = v.merges[rank];
+      const size_t space = line.find(' ', 1);
+      split.left = space == std::string_view::npos ? std::string_view() : line.substr(0, space);
+      split.right = space == std::string_view::npos ? std::string_view() : line.substr(space + 1);
+      split.left_hash = PieceTable::hash(split.left);
+      split.right_hash = PieceTable::hash(split.right);
+      t.piece_ids.prefetch(split.left_hash);
+      t.piece_ids.prefetch(split.right_hash);
+    }
+    std::array<std::pair<int32_t, int32_t>, kBlock> pairs;
+    std::array<Merge, kBlock> block_merges;
+    for (size_t rank = begin; rank < end; ++rank) {
+      const Split& split = splits[rank - begin];
+      pairs[rank - begin] = {-1, -1};
+      if (split.left.empty() || split.right.empty()) continue;  // can never match a pair of symbols
+      const int32_t left_piece = t.intern_hashed(split.left, split.left_hash, -1);
+      const int32_t right_piece = t.intern_hashed(split.right, split.right_hash, -1);
+      joined.assign(split.left);
+      joined.append(split.right);
+      const size_t guess = 256 + rank;
+      const int32_t result = !t.has_duplicate_tokens && guess < n && t.piece_text(static_cast<int32_t>(guess)) == joined
+                                 ? static_cast<int32_t>(guess)
+                                 : t.intern(joined);
+      pairs[rank - begin] = {left_piece, right_piece};
+      block_merges[rank - begin] = Merge{static_cast<int32_t>(rank), result};
+      t.merges.prefetch(left_piece, right_piece);
+    }
+    for (size_t rank = begin; rank < end; ++rank) {
+      const auto [left_piece, right_piece] = pairs[rank - begin];
+      if (left_piece >= 0) t.merges.insert_if_absent(left_piece, right_piece, block_merges[rank - begin]);
+    }
+  }
+
+  const auto valid_id = [&](const std::optional<int64_t>& id) -> std::optional<int32_t> {
+    if (id && *id >= 0 && *id < static_cast<int64_t>(n)) return static_cast<int32_t>(*id);
+    return std::nullopt;
+  };
+  // gpt2 defaults (bos = eos = 11) unless the file names valid ids.
+  const auto default_id = [&](const std::optional<int64_t>& id) -> std::optional<int32_t> {
+    if (auto valid = valid_id(id)) return valid;
+    return n > 11 ? std::optional<int32_t>(11) : std::nullopt;
+  };
+  t.bos = default_id(v.bos);
+  t.eos = default_id(v.eos);
+  t.eot = valid_id(v.eot);
+  const std::optional<int32_t> eom = valid_id(v.eom);
+  t.add_bos = v.add_bos.value_or(false);  // the qwen2 pre-tokenizer does not add BOS
+  t.add_eos = v.add_eos.value_or(false);
+
+  // End of generation, by text, plus eos/eot/eom. Such tokens are forced to
+  // CONTROL as llama.cpp does.
+  std::vector<int32_t> eog;
+  const auto force_control = [&](int32_t id) { t.types[id] = TokenType::Control; };
+  if (!t.eot) {
+    for (std::string_view text : kEotTexts) {
+      if (const int32_t id = t.find_piece(text); id >= 0 && id < t.n_vocab()) {
+        t.eot = id;
+        force_control(id);
+        break;
+      }
+    }
+  }
+  for (std::string_view text : kEogTexts) {
+    if (const int32_t id = t.find_piece(text); id >= 0 && id < t.n_vocab()) {
+      eog.push_back(id);
+      force_control(id);
+    }
+  }
+  for (const auto& id : {t.eos, t.eot, eom}) {
+    if (id) eog.push_back(*id);
+  }
+  std::sort(eog.begin(), eog.end());
+  eog.erase(std::unique(eog.begin(), eog.end()), eog.end());
+  t.eog = eog;
+  t.is_eog.assign(n, false);
+  for (int32_t id : eog) t.is_eog[id] = true;
+
+  // Special tokens are cut out of the text longest first (ties: lower id
+  // first; llama.cpp's sort leaves that order unspecified).
+  for (size_t i = 0; i < n; ++i) {
+    const TokenType type = t.types[i];
+    if ((type == TokenType::Control || type == TokenType::UserDefined || type == TokenType::Unknown) &&
+        !t.piece_text(static_cast<int32_t>(i)).empty()) {
+      t.special_tokens.push_back(static_cast<int32_t>(i));
+    }
+  }
+  std::stable_sort(t.special_tokens.begin(), t.special_tokens.end(), [&](int32_t a, int32_t b) {
+    return t.piece_text(a).size() > t.piece_text(b).size();
+  });
+  return Tokenizer(std::move(impl));
+}
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+// BPE over one pre-tokenized word (raw UTF-8 bytes; the GPT-2 mapping is
+// applied by starting from the byte pieces). Merges the pair with the lowest
+// rank, leftmost first, until none applies.
+void Tokenizer::Impl::encode_word(std::string_view word, std::vector<int32_t>& out) const {
+  struct Symbol {
+    int32_t piece;
+    int32_t prev, next;  // -1 at the ends
+    uint32_t length;     // bytes of the word covered; 0 once merged away
+  };
+  struct Candidate {
+    int32_t rank;
+    int32_t result;
+    int32_t left;
+    int32_t right;
+    uint32_t left_length, right_length;  // to detect stale candidates
+  };
+  const auto later = [](const Candidate& a, const Candidate& b) {
+    return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
+  };
+
+  std::vector<Symbol> symbols(word.size());
+  for (size_t i = 0; i < word.size(); ++i) {
+    symbols[i] = Symbol{byte_piece[static_cast<uint8_t>(word[i])], static_cast<int32_t>(i) - 1,
+                        i + 1 < word.size() ? static_cast<int32_t>(i + 1) : -1, 1};
+  }
+  std::priority_queue<Candidate, std::vector<Candidate>, decltype(later)> queue(later);
+  const auto consider = [&](int32_t left, int32_t right) {
+    if (left < 0 || right < 0) return;
+    const Merge* merge = merges.find(symbols[left].piece, symbols[right].piece);
+    if (!merge) return;
+    queue.push(Candidate{merge->rank, merge->result, left, right, symbols[left].length, symbols[right].length});
+  };
+  for (int32_t i = 1; i < static_cast<int32_t>(symbols.size()); ++i) consider(i - 1, i);
+
+  while (!queue.empty()) {
+    const Candidate c = queue.top();
+    queue.pop();
+    Symbol& left = symbols[c.left];
+    Symbol& right = symbols[c.right];
+    // Symbols only grow or vanish, so unchanged lengths mean unchanged text.
+    if (left.length == 0 || right.length == 0 || left.length != c.left_length ||
+        right.length != c.right_length || left.next != c.right) {
+      continue;
+    }
+    left.piece = c.result;
+    left.length += right.length;
+    right.length = 0;
+    left.next = right.next;
+    if (right.next >= 0) symbols[right.next].prev = c.left;
+    consider(left.prev, c.left);
+    consider(c.left, left.next);
+  }
+
+  for (int32_t i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[i].next) {
+    const int32_t piece = symbols[i].piece;
+    if (piece < n_vocab()) {
+      out.push_back(piece);
+      continue;
+    }
+    // Not a token: llama.cpp looks up each byte of the mapped text on its own
+    // and drops those that are not tokens either.
+    for (char byte : piece_text(piece)) {
+      const int32_t id = find_piece(std::string_view(&byte, 1));
+      if (id >= 0 && id < n_vocab()) out.push_back(id);
+    }
+  }
+}
+
+void Tokenizer::Impl::encode_fragment(std::string_view text, std::vector<int32_t>& out) const {
+  for (const std::string& word : qwen2_pre_tokenize(text)) encode_word(word, out);
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special) const {
+  const Impl& t = *impl_;
+  // Fragments: raw text ranges (token < 0) or special tokens, in order.
+  struct Fragment {
+    int32_t token;
+    size_t offset, length;
+  };
+  std::vector<Fragment> fragments{{-1, 0, text.size()}};
+  if (!text.empty()) {
+    std::vector<Fragment> next;
+    for (int32_t special : t.special_tokens) {
+      const TokenType type = t.types[special];
+      if (!parse_special && (type == TokenType::Control || type == TokenType::Unknown)) continue;
+      const std::string_view needle = t.piece_text(special);
+      // Quick reject: most special tokens do not occur at all.
+      if (text.find(needle) == std::string_view::npos) continue;
+      next.clear();
+      for (const Fragment& f : fragments) {
+        if (f.token >= 0) {
+          next.push_back(f);
+          continue;
+        }
+        size_t begin = f.offset;
+        const size_t end = f.offset + f.length;
+        while (begin < end) {
+          const size_t match = text.substr(0, end).find(needle, begin);
+          if (match == std::string_view::npos) break;
+          if (match > begin) next.push_back({-1, begin, match - begin});
+          next.push_back({special, match, needle.size()});
+          begin = match + needle.size();
+        }
+        if (begin < end) next.push_back({-1, begin, end - begin});
+      }
+      fragments.swap(next);
+    }
+  }
+
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 4);
+  for (const Fragment& f : fragments) {
+    if (f.token >= 0) ids.push_back(f.token);
+    else if (f.length > 0) t.encode_fragment(text.substr(f.offset, f.length), ids);
+  }
+  return ids;
+}
+
+std::string Tokenizer::token_text(int32_t id, bool special) const {
+  const Impl& t = *impl_;
+  if (id < 0 || id >= t.n_vocab()) throw std::out_of_range("token id " + std::to_string(id) + " out of range");
+  const TokenType type = t.types[id];
+  switch (type) {
+    case TokenType::Normal: return decode_normal_token(t.piece_text(id));
+    case TokenType::UserDefined: return std::string(t.piece_text(id));
+    case TokenType::Control:
+    case TokenType::Unknown: return special ? std::string(t.piece_text(id)) : std::string();
+    default: return {};  // UNUSED, UNDEFINED, BYTE
+  }
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids, bool special) const {
+  std::string out;
+  for (int32_t id : ids) out += token_text(id, special);
+  return out;
+}
+
+std::string_view Tokenizer::token_raw_text(int32_t id) const {
+  if (id < 0 || id >= impl_->n_vocab()) throw std::out_of_range("token id " + std::to_string(id) + " out of range");
+  return impl_->piece_text(id);
+}
+
+TokenType Tokenizer::token_type(int32_t id) const {
+  if (id < 0 || id >= impl_->n_vocab()) throw std::out_of_range("token id " + std::to_string(id) + " out of range");
+  return impl_->types[id];
+}
+
+std::optional<int32_t> Tokenizer::find_token(std::string_view raw_text) const {
+  const int32_t id = impl_->find_piece(raw_text);
+  if (id < 0 || id >= impl_->n_vocab()) return std::nullopt;
+  return id;
+}
+
+bool Tokenizer::is_eog(int32_t id) const {
+  return id >= 0 && id < impl_->n_vocab() && impl_->is_eog[id];
+}
+const std::vector<int32_t>& Tokenizer::eog_ids() const { return impl_->eog; }
+int32_t Tokenizer::n_vocab() const { return impl_->n_vocab(); }
+std::optional<int32_t> Tokenizer::bos() const { return impl_->bos; }
+std::optional<int32_t> Tokenizer::eos() const { return impl_->eos; }
+std::optional<int32_t> Tokenizer::eot() const { return impl_->eot; }
+bool Tokenizer::add_bos() const { return impl_->add_bos; }
+bool Tokenizer::add_eos() const { return impl_->add_eos; }
+
+// ---------------------------------------------------------------------------
+// Utf8Streamer
+
+std::string Utf8Streamer::push(std::string_view bytes) {
+  pending_.append(bytes);
+  // Find the start of the last sequence (at most 3 continuation bytes back).
+  size_t keep_from = pending_.size();
+  for (size_t back = 1; back <= 4 && back <= pending_.size(); ++back) {
+    const auto byte = static_cast<uint8_t>(pending_[pending_.size() - back]);
+    if ((byte & 0xC0) == 0x80) continue;  // continuation: keep looking for the lead
+    const size_t needed = unicode::utf8_sequence_length(byte);
+    if (byte >= 0xC0 && needed > back) keep_from = pending_.size() - back;  // incomplete: hold it
+    break;
+  }
+  std::string ready = pending_.substr(0, keep_from);
+  pending_.erase(0, keep_from);
+  return ready;
+}
+
+std::string Utf8Streamer::flush() {
+  std::string rest;
+  rest.swap(pending_);
+  return rest;
+}
+
+}  // namespace lumen
