@@ -96,7 +96,7 @@ double matmul_ops(const Session& s, int64_t n_prompt) {
 
 std::vector<int32_t> random_tokens(std::mt19937& rng, int64_t n, int64_t n_vocab) {
   std::uniform_int_distribution<int32_t> dist(0, int32_t(n_vocab - 1));
-  std::vector<int32_t> t(size_t(n));
+  std::vector<int32_t> t(static_cast<size_t>(n));
   for (auto& v : t) v = dist(rng);
   return t;
 }
@@ -214,7 +214,10 @@ int main(int argc, char** argv) {
       }
       for (int64_t p : prompts) {
         if (p == 0) continue;
-        Row r{fmt::format("pp{}", p), p, 0, nt};
+        Row r;
+        r.test = fmt::format("pp{}", p);
+        r.n_prompt = p;
+        r.threads = nt;
         const auto tokens = random_tokens(rng, p, s.n_vocab());
         run_pp(s, tokens);  // warm-up
         for (int i = 0; i < reps; ++i) r.samples_ts.push_back(double(p) / run_pp(s, tokens));
@@ -225,7 +228,10 @@ int main(int argc, char** argv) {
       }
       for (int64_t n : gens) {
         if (n == 0) continue;
-        Row r{fmt::format("tg{}", n), 0, n, nt};
+        Row r;
+        r.test = fmt::format("tg{}", n);
+        r.n_gen = n;
+        r.threads = nt;
         run_tg(s, rng, 1);  // warm-up
         for (int i = 0; i < reps; ++i) r.samples_ts.push_back(double(n) / run_tg(s, rng, n));
         mean_sd(r);

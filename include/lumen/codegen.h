@@ -20,6 +20,7 @@ std::vector<uint8_t> generate_matmul_kernel(Isa isa, const std::string& name);
 class JitKernel {
  public:
   JitKernel(Isa isa, const std::string& name);
+  explicit JitKernel(const std::vector<uint8_t>& code);  // code from generate_matmul_kernel
   ~JitKernel();
   JitKernel(const JitKernel&) = delete;
   JitKernel& operator=(const JitKernel&) = delete;

@@ -58,7 +58,8 @@ const char* to_string(DType t);
 struct HParam {
   enum class Kind : uint8_t { Int, Float };
   std::string name;       // DSL name, "n_embd"
-  std::string gguf_key;   // "qwen2.embedding_length"; empty when purely derived
+  std::string gguf_key;   // "qwen2.embedding_length"; empty when purely derived;
+                          // "len(KEY)" (Int only): the element count of the array KEY
   Kind kind = Kind::Int;
   bool required = true;   // the key must be present (when no default and no derived)
   std::optional<double> default_value;  // used when the key is absent

@@ -1,0 +1,321 @@
+// Kernel benchmark: GEMV GB/s (weights streamed from memory, never from
+// cache), GEMM GOP/s and per-token cost relative to the GEMV, at the
+// Qwen2.5-0.5B matmul shapes, with 1 and 2 threads splitting rows as the
+// runtime does; the measured read bandwidth is printed beside them.
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "lumen/codegen.h"
+#include "lumen/codegen/kernel_support.h"
+#include "lumen/codegen/membw.h"
+#include "lumen/kernel_abi.h"
+
+namespace {
+
+using namespace lumen;
+using lumen::codegen::JitKernel;
+using lumen::codegen::KernelShape;
+using lumen::codegen::KernelSpec;
+using program::Epilogue;
+
+// Persistent spinning workers: a GEMV of a small matrix takes tens of
+// microseconds, less than starting a thread.
+class SpinPool {
+ public:
+  explicit SpinPool(int threads) : threads_(threads) {
+    for (int id = 1; id < threads; ++id) {
+      workers_.emplace_back([this, id] {
+        uint64_t seen = 0;
+        for (;;) {
+          uint64_t gen;
+          for (int spins = 0; (gen = generation_.load(std::memory_order_acquire)) == seen; ++spins) {
+            backoff(spins);
+          }
+          seen = gen;
+          if (stop_) return;
+          (*job_)(id);
+          done_.fetch_add(1, std::memory_order_acq_rel);
+        }
+      });
+    }
+  }
+  ~SpinPool() {
+    stop_ = true;
+    generation_.fetch_add(1, std::memory_order_acq_rel);
+    for (auto& w : workers_) w.join();
+  }
+  int threads() const { return threads_; }
+  void run(const std::function<void(int)>& job) {
+    job_ = &job;
+    done_.store(0, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_acq_rel);
+    job(0);
+    for (int spins = 0; done_.load(std::memory_order_acquire) != threads_ - 1; ++spins) backoff(spins);
+  }
+
+ private:
+  // Spin briefly, then yield: on an oversubscribed machine the thread we wait
+  // for may need this core.
+  static void backoff(int spins) {
+    if (spins < 4096) {
+      __builtin_ia32_pause();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+  int threads_;
+  std::vector<std::thread> workers_;
+  const std::function<void(int)>* job_ = nullptr;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> done_{0};
+  std::atomic<bool> stop_{false};
+};
+
+struct Shape {
+  const char* name;
+  int64_t m, k;  // output rows (gate rows for gate.up), row length
+  Epilogue epilogue;
+};
+
+// Weight copies cycled so that every call reads them from memory.
+struct Weights {
+  std::vector<std::vector<uint8_t>> copies;
+  int64_t bytes = 0;  // one copy
+  double pack_gbs = 0;  // load-time repack speed, best copy
+};
+
+Weights make_weights(Isa isa, const Shape& s, int64_t min_total_bytes) {
+  const int64_t rows = s.epilogue == Epilogue::SiluMul ? 2 * s.m : s.m;
+  std::mt19937 rng(1);
+  std::vector<BlockQ8_0> src(rows * s.k / 32);
+  for (auto& b : src) {
+    b.d = f32_to_f16(0.001f);
+    for (auto& q : b.qs) q = int8_t(int(rng() % 255) - 127);
+  }
+  Weights w;
+  w.bytes = packed_bytes(isa, rows, s.k);
+  const int64_t copies = std::max<int64_t>(1, (min_total_bytes + w.bytes - 1) / w.bytes);
+  for (int64_t c = 0; c < copies; ++c) {
+    std::vector<uint8_t> packed(w.bytes);
+    std::memset(packed.data(), 0, packed.size());  // page faults are not packing time
+    const auto t0 = std::chrono::steady_clock::now();
+    if (s.epilogue == Epilogue::SiluMul) {
+      pack_q8_0_gate_up(isa, src.data(), src.data() + s.m * s.k / 32, s.m, s.k, packed.data());
+    } else {
+      pack_q8_0(isa, src.data(), rows, s.k, packed.data(), 0);
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    w.pack_gbs = std::max(w.pack_gbs, double(w.bytes) / secs / 1e9);
+    w.copies.push_back(std::move(packed));
+  }
+  return w;
+}
+
+// Seconds per call: best of `samples` timings, each over enough calls to last ~2 ms
+// (short enough that some batches run without preemption on a shared machine).
+double time_calls(const std::function<void(int64_t)>& call, int samples = 25) {
+  call(0);
+  int64_t reps = 1;
+  for (;;) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t r = 0; r < reps; ++r) call(r);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (secs > 0.002 || reps > (1 << 20)) break;
+    reps *= 2;
+  }
+  std::vector<double> times;
+  int64_t calls = 0;
+  for (int s = 0; s < samples; ++s) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t r = 0; r < reps; ++r) call(calls++);
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / double(reps));
+  }
+  // Best, not median: other processes on a shared machine only ever add time.
+  return *std::min_element(times.begin(), times.end());
+}
+
+// Seconds for one matmul over n tokens: rows split in contiguous 16-aligned
+// ranges per thread, tokens in calls of tokens_per_task. A matmul longer
+// than ~1 ms is timed one row slice at a time (rotating over the slices and
+// weight copies) and scaled up: on a shared machine long timings are always
+// preempted, short ones often are not.
+double time_matmul(SpinPool& pool, MatMulFn fn, const Weights& w, const Shape& s, const std::vector<ActBlock>& x,
+                   std::vector<float>& y, const std::vector<float>& bias, int64_t n, int64_t tokens_per_task) {
+  const int64_t kb = s.k / 32;
+  const int64_t mult = s.epilogue == Epilogue::SiluMul ? 2 : 1;
+  const int64_t groups = (s.m + 15) / 16;
+  int64_t slice_groups = groups;
+  auto call = [&](int64_t rep) {
+    const uint8_t* base = w.copies[rep % w.copies.size()].data();
+    const int64_t slices = groups / slice_groups;  // whole slices only: every call has the same work
+    const int64_t s0 = (rep % slices) * slice_groups, s1 = std::min(groups, s0 + slice_groups);
+    pool.run([&](int id) {
+      const int64_t g0 = s0 + (s1 - s0) * id / pool.threads(), g1 = s0 + (s1 - s0) * (id + 1) / pool.threads();
+      if (g0 == g1) return;
+      for (int64_t t0 = 0; t0 < n; t0 += tokens_per_task) {
+        MatMulArgs a{};
+        a.w = base + g0 * mult * kb * codegen::kPackedBlockBytes;
+        a.x = x.data() + t0 * kb;
+        a.y = y.data() + t0 * s.m + g0 * 16;
+        a.bias = bias.data() + g0 * 16;
+        a.residual = y.data() + t0 * s.m + g0 * 16;
+        a.x_stride = kb;
+        a.y_stride = s.m;
+        a.r_stride = s.m;
+        a.k_blocks = kb;
+        a.m_rows = std::min(g1 * 16, s.m) - g0 * 16;
+        a.n_tokens = std::min(tokens_per_task, n - t0);
+        fn(&a);
+      }
+    });
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  call(0);
+  const double full = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (full > 1e-3) {
+    slice_groups = std::min(groups, std::max<int64_t>(pool.threads(), int64_t(double(groups) * 1e-3 / full)));
+  }
+  const double per_call = time_calls(call);
+  return per_call * double(groups) / double(slice_groups);
+}
+
+std::vector<ActBlock> make_acts(int64_t n, int64_t k) {
+  std::mt19937 rng(2);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> row(k);
+  std::vector<ActBlock> x(n * k / 32);
+  for (int64_t t = 0; t < n; ++t) {
+    for (auto& v : row) v = normal(rng);
+    quantize_act(row.data(), x.data() + t * k / 32, k);
+  }
+  return x;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("Benchmark of the generated Q8_0 matmul kernels at the Qwen2.5-0.5B shapes");
+  std::string isa_name;
+  std::vector<int> thread_counts = {1, 2};
+  std::string gemm_tile = "m16n8";
+  int64_t tokens_per_task = 64;
+  int64_t prefetch = -1;
+  std::string sweep;
+  int64_t cold_bytes = int64_t(512) << 20;
+  app.add_option("--isa", isa_name, "avx512-vnni, avx512 or avx2 (default: best for this CPU)");
+  app.add_option("--threads", thread_counts, "thread counts to run")->delimiter(',');
+  app.add_option("--tile", gemm_tile, "GEMM register tile, m<M>n<N>");
+  app.add_option("--tokens-per-task", tokens_per_task, "GEMM tokens per kernel call");
+  app.add_option("--prefetch", prefetch, "GEMV software prefetch distance in bytes (-1: kernel default)");
+  app.add_option("--cold-bytes", cold_bytes, "weight bytes cycled through per shape (beyond the caches)");
+  std::string only;
+  app.add_option("--shape", only, "run only shapes whose name contains this");
+  app.add_option("--sweep", sweep, "gemv: sweep prefetch distance and groups; gemm: sweep tiles (down shape)");
+  CLI11_PARSE(app, argc, argv);
+
+  Isa isa = best_isa(cpu_features());
+  for (Isa candidate : {Isa::Avx512Vnni, Isa::Avx512, Isa::Avx2}) {
+    if (isa_name == to_string(candidate)) isa = candidate;
+  }
+  fmt::print("cpu: {}\nisa: {}\n", cpu_feature_names(cpu_features()), to_string(isa));
+
+  const Shape shapes[] = {
+      {"qkv 896x1152", 1152, 896, Epilogue::Bias},
+      {"attn_out 896x896", 896, 896, Epilogue::Residual},
+      {"gate.up 896x9728", 4864, 896, Epilogue::SiluMul},
+      {"down 4864x896", 896, 4864, Epilogue::Residual},
+      {"head 896x151936", 151936, 896, Epilogue::None},
+  };
+  for (int threads : thread_counts) {
+    SpinPool pool(threads);
+    const double bw_pass = measure_read_bandwidth(size_t(1) << 30, threads, 5);
+    const double bw = measure_read_bandwidth_best_segment(size_t(1) << 30, threads, 5, size_t(16) << 20);
+    fmt::print("\n== {} thread(s): read bandwidth {:.1f} GB/s best 16 MiB step, {:.1f} GB/s best whole pass "
+               "(1 GiB, best of 5); %bw below is against the first\n",
+               threads, bw, bw_pass);
+    fmt::print("{:<18} {:>9} {:>8} {:>6} | {:>9} {:>8} {:>7} | {:>9} {:>8} {:>7}\n", "shape", "gemv us", "GB/s",
+               "%bw", "n32 us/t", "GOP/s", "vs gemv", "n512 us/t", "GOP/s", "vs gemv");
+    for (const Shape& s : shapes) {
+      if (std::string(s.name).find(only) == std::string::npos) continue;
+      const Weights w = make_weights(isa, s, cold_bytes);
+      if (threads == thread_counts.front()) {
+        fmt::print("{:<18} repack at load: {:.2f} GB/s, {:.1f} ms for {:.1f} MB, no extra memory\n", s.name,
+                   w.pack_gbs, double(w.bytes) / w.pack_gbs / 1e6, double(w.bytes) / 1e6);
+      }
+      const int64_t max_n = 512;
+      const std::vector<ActBlock> x = make_acts(max_n, s.k);
+      std::vector<float> y(max_n * s.m, 0.0f), bias(s.m, 0.5f);
+      KernelSpec gemv{false, s.epilogue, 16, 1};
+      KernelShape gemv_shape = codegen::kernel_shape(isa, gemv);
+      if (prefetch >= 0) gemv_shape.prefetch_bytes = prefetch;
+      JitKernel gemv_kernel(codegen::generate_matmul_kernel(isa, gemv, gemv_shape));
+      const double t_gemv = time_matmul(pool, gemv_kernel.fn(), w, s, x, y, bias, 1, 1);
+      const double gbs = double(w.bytes) / t_gemv / 1e9;
+      const KernelSpec gemm = codegen::parse_kernel_name(std::string("gemm.") + codegen::epilogue_name(s.epilogue) +
+                                                         "." + gemm_tile);
+      JitKernel gemm_kernel(isa, codegen::format_kernel_name(gemm));
+      const double macs_per_token = double(s.m) * double(s.k) * (s.epilogue == Epilogue::SiluMul ? 2 : 1);
+      double per_token[2], gops[2];
+      const int64_t ns[2] = {32, 512};
+      for (int i = 0; i < 2; ++i) {
+        const double t = time_matmul(pool, gemm_kernel.fn(), w, s, x, y, bias, ns[i], tokens_per_task);
+        per_token[i] = t / double(ns[i]);
+        gops[i] = 2 * macs_per_token * double(ns[i]) / t / 1e9;
+      }
+      fmt::print("{:<18} {:>9.1f} {:>8.1f} {:>5.0f}% | {:>9.2f} {:>8.0f} {:>6.3f}x | {:>9.2f} {:>8.0f} {:>6.3f}x\n",
+                 s.name, t_gemv * 1e6, gbs, 100 * gbs / bw, per_token[0] * 1e6, gops[0], per_token[0] / t_gemv,
+                 per_token[1] * 1e6, gops[1], per_token[1] / t_gemv);
+    }
+    if (sweep.empty()) continue;
+    fmt::print("-- sweep ({} threads)\n", threads);
+    const Shape& down = shapes[3];
+    const Weights w = make_weights(isa, down, cold_bytes);
+    const std::vector<ActBlock> x = make_acts(512, down.k);
+    std::vector<float> y(512 * down.m, 0.0f), bias(down.m, 0.5f);
+    for (int64_t pf : {0, 256, 544, 1088, 2176, 4352}) {
+      if (sweep != "gemv") break;
+      KernelSpec gemv{false, down.epilogue, 16, 1};
+      KernelShape shape = codegen::kernel_shape(isa, gemv);
+      shape.prefetch_bytes = pf;
+      JitKernel k(codegen::generate_matmul_kernel(isa, gemv, shape));
+      const double t = time_matmul(pool, k.fn(), w, down, x, y, bias, 1, 1);
+      fmt::print("gemv {} prefetch {:>5}: {:.1f} GB/s\n", down.name, pf, double(w.bytes) / t / 1e9);
+    }
+    for (int64_t groups : {1, 2, 4, 6, 8}) {
+      if (sweep != "gemv") break;
+      KernelSpec gemv{false, down.epilogue, 16, 1};
+      KernelShape shape = codegen::kernel_shape(isa, gemv);
+      shape.groups = groups;
+      JitKernel k(codegen::generate_matmul_kernel(isa, gemv, shape));
+      const double t = time_matmul(pool, k.fn(), w, down, x, y, bias, 1, 1);
+      fmt::print("gemv {} groups {}: {:.1f} GB/s\n", down.name, groups, double(w.bytes) / t / 1e9);
+    }
+    for (int64_t chunk : {int64_t(0), int64_t(64) << 10, int64_t(256) << 10, int64_t(1) << 20}) {
+      if (sweep != "gemm") break;
+      const KernelSpec spec = codegen::parse_kernel_name("gemm.residual." + gemm_tile);
+      KernelShape shape = codegen::kernel_shape(isa, spec);
+      shape.chunk_act_bytes = chunk;
+      JitKernel k(codegen::generate_matmul_kernel(isa, spec, shape));
+      const double t = time_matmul(pool, k.fn(), w, down, x, y, bias, 512, 512);
+      fmt::print("gemm {} {} n512 in one call, token chunk {} KiB: {:.2f} us/token\n", down.name, gemm_tile,
+                 chunk >> 10, t / 512 * 1e6);
+    }
+    for (const char* tile : {"m16n4", "m16n8", "m32n4", "m32n6", "m48n4", "m64n3"}) {
+      if (sweep != "gemm") break;
+      JitKernel k(isa, std::string("gemm.residual.") + tile);
+      const double t = time_matmul(pool, k.fn(), w, down, x, y, bias, 512, tokens_per_task);
+      fmt::print("gemm {} {} n512: {:.2f} us/token, {:.0f} GOP/s\n", down.name, tile, t / 512 * 1e6,
+                 2.0 * double(down.m) * double(down.k) * 512 / t / 1e9);
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,99 @@
+// The passes of lumenc, in pipeline order, each a free function in its own
+// file under src/passes/, plus the registry `lumenc dump-ir --after=PASS`
+// uses. Every pass keeps the IR valid: ir::verify() runs after each one.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "lumen/ir/ir.h"
+#include "lumen/program.h"
+
+namespace lumen::passes {
+
+/// Fills every open result type from the operands' types and the op's rule
+/// (matmul f32[N, K] x [M, K] -> f32[N, M], ...), the loop's argument and
+/// result types from its initial values, and the function's result type.
+/// Throws ir::IrError naming the op on a dtype or shape mismatch, including
+/// a result type that was given but disagrees.
+void infer_shapes(ir::Module& m);
+
+/// Folds element-wise adds into the matmul that produces one of their
+/// operands: `add(matmul, @b)` -> epilogue bias, `add(matmul, %r)` or
+/// `add(%r, matmul)` -> residual, both -> bias_residual. Only when the matmul
+/// result has no other use and %r is defined before the matmul.
+/// Preconditions: infer_shapes.
+void fuse_epilogues(ir::Module& m);
+
+/// Turns `mul(silu(matmul(%h, @gate)), matmul(%h, @up))` into one matmul
+/// over {@gate, @up} with the silu_mul epilogue, and any other
+/// `mul(silu(%a), %b)` into one silu_mul op. Intermediate values must have no
+/// other use. Preconditions: infer_shapes, fuse_epilogues (so that Q/K/V keep
+/// their bias epilogues apart from gate/up).
+void fuse_gate_up(ir::Module& m);
+
+/// Merges the matmuls of one block that read the same input with the same
+/// epilogue (none or bias) and weight dtype - Q, K and V - into one matmul
+/// over the concatenated weight rows (biases concatenated alike); each
+/// original result becomes a `view` of the columns it occupies.
+/// Preconditions: fuse_epilogues, fuse_gate_up.
+void fuse_qkv(ir::Module& m);
+
+/// Makes the activation quantization of the matmul kernels explicit: each
+/// f32 matmul input gets a `quantize` op (one per value and block) and the
+/// matmul reads its act_q8 result. Preconditions: the fusions above.
+void insert_quantize(ir::Module& m);
+
+/// `quantize(rms_norm(%x, @w))` -> `rms_norm_quant(%x, @w)` when the norm has
+/// no other use. Preconditions: insert_quantize.
+void fuse_norm_quant(ir::Module& m);
+
+/// Annotates every matmul with its kernels and thread split: decode_kernel
+/// (N == 1), prefill_kernel (N > 1), tile_m, tile_n, rows_per_task,
+/// tokens_per_task (kernel names from program::kernel_name()). Throws
+/// ir::IrError for a matmul no kernel implements (weights not q8_0, input
+/// not act_q8). Preconditions: all fusions (the epilogue picks the kernel),
+/// insert_quantize.
+void schedule(ir::Module& m);
+
+/// Places every activation in one arena: values that share storage (views,
+/// rope in place, a residual matmul writing over its residual, loop-carried
+/// values) form one buffer; buffers get 64-byte aligned symbolic offsets,
+/// by liveness, such that no two buffers live at the same time overlap.
+/// Sets Module::memory. Preconditions: schedule (the op list is final).
+void plan_memory(ir::Module& m);
+
+/// The scheduled, memory-planned IR as a program::Program (weights in ggml
+/// order, views as column ranges, one op list per loop iteration). Throws
+/// ir::IrError for IR it cannot express (e.g. a standalone softmax).
+/// Preconditions: plan_memory.
+program::Program lower_to_program(const ir::Module& m);
+
+// ------------------------------------------------------------ the pipeline
+struct PassInfo {
+  const char* name;                // "fuse_qkv", as --after takes it
+  void (*run)(ir::Module&);
+  const char* summary;             // one line for --help
+};
+// The IR-to-IR passes in pipeline order (lower_to_program follows them).
+std::span<const PassInfo> pipeline();
+const PassInfo* find_pass(std::string_view name);
+
+// Runs the pipeline, verifying the IR after every pass; `after_each` (if set)
+// sees the IR after each pass. `stop_after` (a pass name) ends the pipeline
+// early. Throws ir::IrError naming the pass whose output does not verify.
+void run_pipeline(ir::Module& m, const std::function<void(const PassInfo&, const ir::Module&)>& after_each = {},
+                  std::string_view stop_after = {});
+
+// The arena size of a planned module for N tokens, with params taken from
+// `values` (by name), else their numeric defaults or derived expressions.
+// nullopt (and `missing` set to the first param without a value) when a
+// param the size needs has no value.
+std::optional<int64_t> arena_bytes(const ir::Module& m, const std::map<std::string, double>& values,
+                                   int64_t n_tokens, std::string* missing = nullptr);
+
+}  // namespace lumen::passes

@@ -1,0 +1,53 @@
+// Binding a compiled program to a GGUF file: hyperparameters resolved from
+// metadata (exact types, ranges, checks), every weight found by name and
+// checked for dtype and shape, matmul weights repacked for the kernels.
+// Everything is checked before anything runs; each failure is a LoadError
+// naming the key, tensor or check at fault.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "lumen/gguf.h"
+#include "lumen/runtime/compiled_model.h"
+
+namespace lumen::runtime {
+
+// One MatMul op of one layer, ready for the kernels.
+struct PackedMatMul {
+  const uint8_t* w = nullptr;  // packed row groups (gate/up alternating for SiluMul)
+  int64_t group_bytes = 0;     // bytes from one row-group position to the next (both halves for SiluMul)
+  int64_t rows = 0;            // output rows M (gate rows for SiluMul)
+  int64_t k = 0;               // input columns K
+  const float* bias = nullptr; // M floats (biases concatenated), or null
+};
+
+struct BoundModel {
+  std::vector<double> hparams;  // resolved, in program order
+  int64_t n_layers = 0;
+  int64_t n_ctx_train = 0;
+  int64_t kv_dim = 0;
+  // tensors[weight][layer] (one entry for global weights); null for absent optional weights.
+  std::vector<std::vector<const gguf::TensorInfo*>> tensors;
+  // matmuls[section][op][layer]: sections pre, layer, post; empty for non-matmul ops.
+  std::vector<std::vector<std::vector<PackedMatMul>>> matmuls;
+  uint64_t packed_bytes = 0;
+  double pack_seconds = 0;
+
+  std::shared_ptr<uint8_t> packed_storage;  // one 64-byte aligned allocation
+  std::vector<std::vector<float>> bias_storage;
+};
+
+class ThreadPool;
+
+// Throws LoadError. With release_file_pages (only for an mmapped file, never
+// for File::from_memory), the file pages of repacked weights are dropped.
+// Repacking runs on `pool`.
+BoundModel bind_model(const CompiledModel& model, const gguf::File& file, bool release_file_pages,
+                      ThreadPool& pool);
+
+// Resolves only the hparams (and runs the checks and the architecture test).
+std::vector<double> resolve_hparams(const program::Program& program, const gguf::File& file);
+
+}  // namespace lumen::runtime

@@ -1,0 +1,45 @@
+// The non-matmul numeric kernels of the executor, reproducing llama.cpp's
+// arithmetic (see docs/runtime.md): RMS norm, rotary embedding, causal GQA
+// attention for one query head over an f16 or f32 KV cache, element-wise ops.
+// Vector versions are picked at run time from cpu_features().
+#pragma once
+
+#include <cstdint>
+
+#include "lumen/program.h"
+
+namespace lumen::runtime::ops {
+
+// y = (x * (1/sqrtf(mean(x^2) + eps))) * w, the sum of squares in double.
+void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);
+
+// cos_sin[2i], cos_sin[2i+1] = cos, sin of pos * base^(-2i/n_dims), the angle
+// built by repeated fp32 multiplication as ggml does; n_dims/2 pairs.
+void rope_angles(int64_t pos, int64_t n_dims, float base, float* cos_sin);
+// Rotates each of n_heads heads of head_dim values in place.
+void rope(float* x, int64_t n_heads, int64_t head_dim, const float* cos_sin, program::RopeMode mode);
+
+// One query head against keys [0, n_keys) of a cache whose rows are
+// `row_stride` elements apart (k and v point at this kv head's first row).
+// F16 cache: q and the softmax probabilities are rounded to f16 like ggml.
+// `scores` holds n_keys floats of scratch. Writes head_dim values to out.
+struct AttentionHead {
+  const float* q;
+  const void* k;
+  const void* v;
+  int64_t row_stride;
+  int64_t n_keys;
+  int64_t head_dim;
+  float scale;
+  float* scores;
+  float* out;
+};
+void attention_head_f16(const AttentionHead& a);
+void attention_head_f32(const AttentionHead& a);
+
+// f32 -> f16 rows for the cache (round to nearest even).
+void to_f16(const float* x, uint16_t* out, int64_t n);
+
+float silu(float x);
+
+}  // namespace lumen::runtime::ops

@@ -1,0 +1,76 @@
+// The runtime's C++ API: a compiled model bound to a GGUF file, with its KV
+// cache, arena and thread pool. eval() runs tokens (prefill in batches, or
+// one token for decode) and returns the logits of the last one. Used by
+// lumen-run, lumen-bench and the tests.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+#include "lumen/gguf.h"
+#include "lumen/runtime/compiled_model.h"
+
+namespace lumen::runtime {
+
+enum class KvType { F16, F32 };
+
+struct SessionOptions {
+  int64_t n_ctx = 0;        // KV cache positions; 0: min(4096, the model's training context)
+  int64_t n_batch = 512;    // most tokens per forward pass (prefill is split into such batches)
+  int n_threads = 0;        // 0: the physical cores
+  KvType kv_type = KvType::F16;
+  bool all_logits = false;  // keep the logits of every evaluated position (tests)
+  bool profile = false;     // time every op (see profile_report)
+};
+
+// eval() refusals that leave the session usable: context overflow, bad token ids.
+struct EvalError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct LoadStats {
+  double load_seconds = 0;     // opening, checking and binding, packing included
+  double pack_seconds = 0;     // repacking matmul weights
+  uint64_t packed_bytes = 0;   // size of the repacked weights
+  uint64_t kv_bytes = 0;       // size of the KV cache
+  uint64_t arena_bytes = 0;    // activation arena
+};
+
+class Session {
+ public:
+  // Maps the GGUF file, checks it against the program and binds it.
+  // Throws LoadError (one line naming the culprit).
+  Session(std::shared_ptr<const CompiledModel> model, const std::string& gguf_path,
+          const SessionOptions& options = {});
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Evaluates tokens at positions [position(), position() + size) and returns
+  // the logits of the last one (valid until the next eval). Throws EvalError
+  // when the tokens do not fit the context or an id is out of range; the
+  // session is then unchanged.
+  std::span<const float> eval(std::span<const int32_t> tokens);
+  // With options.all_logits: the logits of token i of the last eval().
+  std::span<const float> logits_at(int64_t i) const;
+
+  int64_t position() const;  // tokens in the KV cache
+  void clear();              // forget the KV cache (position 0)
+  int64_t n_ctx() const;
+  int64_t n_vocab() const;
+  int n_threads() const;
+  const gguf::File& gguf() const;
+  const CompiledModel& model() const;
+  const LoadStats& load_stats() const;
+  // Time, calls and throughput per op kind and kernel (empty unless profiling).
+  std::string profile_report() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lumen::runtime

@@ -1,0 +1,511 @@
+// The Q8_0 matmul kernel generator (xbyak): one parameterized code shape for
+// every ISA, epilogue and register tile.
+//
+// A call walks token chunks whose activations fit in L2 (outer), output row
+// tiles, then token tiles (inner): a row tile's weights stay in L1/L2 while
+// every token tile of the chunk reuses them. A register
+// tile holds `pc` packed 16-row groups x `tc` tokens: per 32-block it loads
+// each 64-byte weight vector once and multiplies it by a broadcast activation
+// dword of every token (int32 dot products, exact), then converts each
+// block's int sums to fp32 and accumulates sum * (w_scale * x_scale) with one
+// FMA per vector. Edge tiles (fewer groups or tokens) get their own unrolled
+// bodies; rows past m_rows are never stored (masked stores).
+//
+// Dot products per ISA (packed format in kernel_support.h):
+//   avx512-vnni: vpdpbusd on u8 (w+128) x s8 x, accumulator starts at
+//                -128*sum(x) (ActBlock::sum);
+//   avx512:      |w| (u8) x (x negated where w < 0) with vpmaddubsw (cannot
+//                saturate: 2*128*127 < 32768), then vpmaddwd by ones;
+//   avx2:        the same with vpsignb, on the two 8-row halves of a group.
+#include <xbyak/xbyak.h>
+
+#include <bit>
+#include <cstddef>
+#include <stdexcept>
+#include <vector>
+
+#include "lumen/codegen.h"
+#include "lumen/codegen/kernel_support.h"
+
+namespace lumen::codegen {
+namespace {
+
+using program::Epilogue;
+using namespace Xbyak;
+using namespace Xbyak::util;
+
+// MatMulArgs field offsets (kernel_abi.h).
+constexpr int kArgW = 0, kArgX = 8, kArgY = 16, kArgBias = 24, kArgResidual = 32, kArgXStride = 40,
+              kArgYStride = 48, kArgRStride = 56, kArgKBlocks = 64, kArgMRows = 72, kArgNTokens = 80;
+static_assert(offsetof(MatMulArgs, n_tokens) == kArgNTokens);
+static_assert(offsetof(MatMulArgs, k_blocks) == kArgKBlocks);
+static_assert(offsetof(ActBlock, sum) == 4 && offsetof(ActBlock, qs) == 8);
+
+// Stack frame of the kernel (bytes from rsp).
+constexpr int kMg = 0, kNt = 8, kGroupsTotal = 16, kGroupStride = 24, kTileStride = 32, kKEnd = 40,
+              kXStrideBytes = 48, kChunk = 56, kChunkStart = 64, kChunkEnd = 72, kFrame = 80;
+
+// Constants for SiLU, each replicated over 16 lanes (64 bytes).
+enum Const { kSignMask, kExpHi, kExpLo, kLog2e, kLn2Hi, kLn2Lo, kP0, kP1, kP2, kP3, kP4, kP5, kOne, kNumConsts };
+
+class MatMulGenerator : public CodeGenerator {
+ public:
+  MatMulGenerator(Isa isa, const KernelSpec& spec, const KernelShape& shape)
+      : CodeGenerator(1 << 20), isa_(isa), spec_(spec), shape_(shape) {
+    avx512_ = isa != Isa::Avx2;
+    halves_ = avx512_ ? 1 : 2;
+    mult_ = spec.epilogue == Epilogue::SiluMul ? 2 : 1;
+    const int64_t max_acc = isa == Isa::Avx512Vnni ? 14 : isa == Isa::Avx512 ? 13 : 5;
+    if (shape.groups < 1 || shape.tokens < 1 || shape.groups * mult_ + shape.tokens > kPointerRegs ||
+        shape.groups * mult_ * halves_ * shape.tokens > max_acc) {
+      throw std::invalid_argument("matmul kernel shape does not fit the register file");
+    }
+    generate();
+  }
+
+ private:
+  // ------------------------------------------------------------ registers
+  Xmm vec(int i) const { return avx512_ ? Xmm(Zmm(i)) : Xmm(Ymm(i)); }
+  int acc_index(int pc, int tc, int g, int h, int t) const {
+    (void)pc;
+    return (g * halves_ + h) * tc + t;
+  }
+  // Temporaries live above the 2 * nacc accumulators of the widest body.
+  int max_acc() const { return int(shape_.groups * mult_ * halves_ * shape_.tokens); }
+  Xmm tmp_w() const { return vec(2 * max_acc() + 0); }
+  Xmm tmp_s() const { return vec(2 * max_acc() + 1); }
+  Xmm tmp_t() const { return vec(2 * max_acc() + 2); }
+  Xmm tmp_x() const { return vec(2 * max_acc() + 3); }
+  Xmm ones() const { return vec(2 * max_acc() + 4); }
+  Xmm zero() const { return vec(2 * max_acc() + 5); }
+
+  // Pointer registers: the packed groups of a body take the first ones, its
+  // tokens the next ones (a GEMV has 1 token, so it can stream 8 groups).
+  static constexpr int kPointerRegs = 12;
+  const Reg64 pointer_regs_[kPointerRegs] = {r8, r9, r10, r11, rbx, rbp, r12, r13, r14, r15, rsi, rdx};
+  const Reg64* group_ptr_ = pointer_regs_;
+  const Reg64* token_ptr_ = pointer_regs_ + 4;
+  const Reg64& args_ = rdi;
+  const Reg64& woff_ = rax;
+  const Reg64& xoff_ = rcx;
+
+  Address cst(Const c) { return ptr[rip + consts_ + 64 * int(c)]; }
+
+  // ----------------------------------------------------------- structure
+  void generate() {
+    const Reg64 callee_saved[] = {rbx, rbp, r12, r13, r14, r15};
+    for (const Reg64& r : callee_saved) push(r);
+    sub(rsp, kFrame);
+    Label done, m_loop, n_loop, n_next;
+
+    mov(rax, qword[args_ + kArgMRows]);
+    test(rax, rax);
+    jle(done, T_NEAR);
+    cmp(qword[args_ + kArgNTokens], 0);
+    jle(done, T_NEAR);
+    add(rax, kPackRows - 1);
+    shr(rax, 4);
+    mov(qword[rsp + kGroupsTotal], rax);
+    mov(rax, qword[args_ + kArgKBlocks]);
+    imul(rcx, rax, kPackedBlockBytes);
+    mov(qword[rsp + kGroupStride], rcx);
+    imul(rcx, rcx, mult_);
+    mov(qword[rsp + kTileStride], rcx);
+    imul(rcx, rax, sizeof(ActBlock));
+    mov(qword[rsp + kKEnd], rcx);
+    imul(rcx, qword[args_ + kArgXStride], sizeof(ActBlock));
+    mov(qword[rsp + kXStrideBytes], rcx);
+    // chunk = max(tokens, kChunkActBytes / (k_blocks * 40) rounded down to whole tiles).
+    {
+      Label chunk_ok;
+      // Tokens go in chunks whose activations fit in chunk_act_bytes (half of
+      // a 512 KiB+ L2), so every row tile re-reads them from L2.
+      const int64_t chunk_bytes = shape_.chunk_act_bytes > 0 ? shape_.chunk_act_bytes : int64_t(1) << 62;
+      mov(rax, chunk_bytes);
+      mov(rcx, qword[rsp + kKEnd]);
+      test(rcx, rcx);
+      jz(chunk_ok);
+      xor_(edx, edx);
+      div(rcx);
+      xor_(edx, edx);
+      mov(rcx, shape_.tokens);
+      div(rcx);
+      imul(rax, rcx);
+      cmp(rax, rcx);
+      cmovl(rax, rcx);
+      L(chunk_ok);
+      mov(qword[rsp + kChunk], rax);
+    }
+    mov(qword[rsp + kChunkStart], 0);
+
+    Label chunk_loop;
+    L(chunk_loop);
+    // chunk_end = min(chunk_start + chunk, n_tokens)
+    mov(rax, qword[rsp + kChunkStart]);
+    add(rax, qword[rsp + kChunk]);
+    mov(rcx, qword[args_ + kArgNTokens]);
+    cmp(rax, rcx);
+    cmovg(rax, rcx);
+    mov(qword[rsp + kChunkEnd], rax);
+    mov(qword[rsp + kMg], 0);
+
+    L(m_loop);
+    mov(rax, qword[rsp + kChunkStart]);
+    mov(qword[rsp + kNt], rax);
+    L(n_loop);
+    // rax = groups in this tile, rdx = tokens in this tile.
+    mov(rax, qword[rsp + kGroupsTotal]);
+    sub(rax, qword[rsp + kMg]);
+    mov(rcx, shape_.groups);
+    cmp(rax, rcx);
+    cmovg(rax, rcx);
+    mov(rdx, qword[rsp + kChunkEnd]);
+    sub(rdx, qword[rsp + kNt]);
+    mov(rcx, shape_.tokens);
+    cmp(rdx, rcx);
+    cmovg(rdx, rcx);
+    std::vector<Label> bodies(shape_.groups * shape_.tokens);
+    for (int gc = int(shape_.groups); gc >= 1; --gc) {
+      Label next_g;
+      cmp(rax, gc);
+      jne(next_g, T_NEAR);
+      for (int tc = int(shape_.tokens); tc >= 1; --tc) {
+        cmp(rdx, tc);
+        je(bodies[(gc - 1) * shape_.tokens + (tc - 1)], T_NEAR);
+      }
+      jmp(n_next, T_NEAR);
+      L(next_g);
+    }
+    jmp(n_next, T_NEAR);
+    for (int gc = 1; gc <= shape_.groups; ++gc) {
+      for (int tc = 1; tc <= shape_.tokens; ++tc) {
+        L(bodies[(gc - 1) * shape_.tokens + (tc - 1)]);
+        tile_body(gc, tc);
+        jmp(n_next, T_NEAR);
+      }
+    }
+
+    L(n_next);
+    mov(rax, qword[rsp + kNt]);
+    add(rax, shape_.tokens);
+    mov(qword[rsp + kNt], rax);
+    cmp(rax, qword[rsp + kChunkEnd]);
+    jl(n_loop, T_NEAR);
+    mov(rax, qword[rsp + kMg]);
+    add(rax, shape_.groups);
+    mov(qword[rsp + kMg], rax);
+    cmp(rax, qword[rsp + kGroupsTotal]);
+    jl(m_loop, T_NEAR);
+    mov(rax, qword[rsp + kChunkEnd]);
+    mov(qword[rsp + kChunkStart], rax);
+    cmp(rax, qword[args_ + kArgNTokens]);
+    jl(chunk_loop, T_NEAR);
+
+    L(done);
+    vzeroupper();
+    add(rsp, kFrame);
+    for (int i = 5; i >= 0; --i) pop(callee_saved[i]);
+    ret();
+
+    emit_constants();
+  }
+
+  void emit_constants() {
+    const float values[kNumConsts] = {
+        -0.0f,          88.3762626647949f, -87.3365447504f, 1.44269504088896341f, 0.693359375f,
+        -2.12194440e-4f, 1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,      4.1665795894e-2f,
+        1.6666665459e-1f, 5.0000001201e-1f, 1.0f};
+    align(64);
+    L(consts_);
+    for (int c = 0; c < kNumConsts; ++c) {
+      for (int i = 0; i < 16; ++i) dd(std::bit_cast<uint32_t>(values[c]));
+    }
+    L(row_masks_);  // 8 x -1 then 8 x 0: loading at (8 - n) * 4 gives n leading ones
+    for (int i = 0; i < 16; ++i) dd(i < 8 ? 0xFFFFFFFFu : 0u);
+  }
+
+  // One register tile: gc output groups x tc tokens at (kMg, kNt).
+  void tile_body(int gc, int tc) {
+    const int pc = gc * int(mult_);
+    token_ptr_ = pointer_regs_ + pc;
+    // Group pointers: w + mg * tile_stride + i * group_stride.
+    mov(group_ptr_[0], qword[rsp + kMg]);
+    imul(group_ptr_[0], qword[rsp + kTileStride]);
+    add(group_ptr_[0], qword[args_ + kArgW]);
+    for (int i = 1; i < pc; ++i) {
+      mov(group_ptr_[i], group_ptr_[i - 1]);
+      add(group_ptr_[i], qword[rsp + kGroupStride]);
+    }
+    mov(token_ptr_[0], qword[rsp + kNt]);
+    imul(token_ptr_[0], qword[rsp + kXStrideBytes]);
+    add(token_ptr_[0], qword[args_ + kArgX]);
+    for (int t = 1; t < tc; ++t) {
+      mov(token_ptr_[t], token_ptr_[t - 1]);
+      add(token_ptr_[t], qword[rsp + kXStrideBytes]);
+    }
+    const int nacc = pc * int(halves_) * tc;
+    for (int a = 0; a < nacc; ++a) vpxor_all(vec(nacc + a));
+    if (isa_ != Isa::Avx512Vnni) {
+      // Ones as int16 lanes, for vpmaddwd.
+      vpcmpeqw_all(ones());
+      vpsrlw(ones(), ones(), 15);
+      if (avx512_) vpxord(zero(), zero(), zero());
+    }
+
+    Label k_loop, k_done;
+    xor_(woff_, woff_);
+    xor_(xoff_, xoff_);
+    cmp(xoff_, qword[rsp + kKEnd]);
+    jae(k_done, T_NEAR);
+    L(k_loop);
+    block_step(pc, tc, nacc);
+    add(woff_, kPackedBlockBytes);
+    add(xoff_, sizeof(ActBlock));
+    cmp(xoff_, qword[rsp + kKEnd]);
+    jb(k_loop, T_NEAR);
+    L(k_done);
+    epilogue(gc, tc, nacc);
+  }
+
+  void vpxor_all(const Xmm& v) {
+    if (avx512_) {
+      vpxord(v, v, v);
+    } else {
+      vpxor(v, v, v);
+    }
+  }
+  void vpcmpeqw_all(const Xmm& v) {
+    if (avx512_) {
+      vpternlogd(v, v, v, 0xFF);
+    } else {
+      vpcmpeqw(v, v, v);
+    }
+  }
+
+  // One 32-block for the whole register tile: int dot products, then the
+  // fp32 scale-and-accumulate.
+  void block_step(int pc, int tc, int nacc) {
+    for (int i = 0; i < pc; ++i) {
+      for (int h = 0; h < halves_; ++h) {
+        for (int t = 0; t < tc; ++t) {
+          const Xmm acc = vec(acc_index(pc, tc, i, h, t));
+          if (isa_ == Isa::Avx512Vnni) {
+            vpbroadcastd(acc, dword[token_ptr_[t] + xoff_ + offsetof(ActBlock, sum)]);
+          } else {
+            vpxor_all(acc);
+          }
+        }
+      }
+    }
+    if (shape_.prefetch_bytes > 0) {
+      for (int i = 0; i < pc; ++i) {
+        for (int line = 0; line < kPackedBlockBytes; line += 64) {
+          prefetcht0(ptr[group_ptr_[i] + woff_ + int(shape_.prefetch_bytes) + line]);
+        }
+      }
+    }
+    const int vec_bytes = avx512_ ? 64 : 32;
+    for (int j = 0; j < kQ8Block / 4; ++j) {
+      const int qoff = int(kPackedScaleBytes) + 64 * j;
+      const int xq = int(offsetof(ActBlock, qs)) + 4 * j;
+      for (int i = 0; i < pc; ++i) {
+        for (int h = 0; h < halves_; ++h) {
+          const Address w_addr = ptr[group_ptr_[i] + woff_ + qoff + vec_bytes * h];
+          const Xmm w = tmp_w();
+          if (isa_ == Isa::Avx512Vnni) {
+            vmovdqu8(w, w_addr);
+            for (int t = 0; t < tc; ++t) {
+              vpdpbusd(vec(acc_index(pc, tc, i, h, t)), w, ptr_b[token_ptr_[t] + xoff_ + xq]);
+            }
+          } else if (isa_ == Isa::Avx512) {
+            vmovdqu8(w, w_addr);
+            vpmovb2m(k2, w);
+            vpabsb(w, w);
+            for (int t = 0; t < tc; ++t) {
+              const Xmm sx = tmp_x();
+              vpbroadcastd(sx, ptr[token_ptr_[t] + xoff_ + xq]);
+              vpsubb(sx | k2, zero(), sx);
+              vpmaddubsw(sx, w, sx);
+              vpmaddwd(sx, sx, ones());
+              const Xmm acc = vec(acc_index(pc, tc, i, h, t));
+              vpaddd(acc, acc, sx);
+            }
+          } else {
+            const Xmm aw = tmp_s();
+            vmovdqu(w, w_addr);
+            vpabsb(aw, w);
+            for (int t = 0; t < tc; ++t) {
+              const Xmm sx = tmp_x();
+              vpbroadcastd(sx, ptr[token_ptr_[t] + xoff_ + xq]);
+              vpsignb(sx, sx, w);
+              vpmaddubsw(sx, aw, sx);
+              vpmaddwd(sx, sx, ones());
+              const Xmm acc = vec(acc_index(pc, tc, i, h, t));
+              vpaddd(acc, acc, sx);
+            }
+          }
+        }
+      }
+    }
+    // fp32: acc_f += float(sum) * (w_scale * x_scale).
+    for (int i = 0; i < pc; ++i) {
+      for (int h = 0; h < halves_; ++h) {
+        const Xmm s = tmp_s();
+        vcvtph2ps(s, ptr[group_ptr_[i] + woff_ + 16 * h]);
+        for (int t = 0; t < tc; ++t) {
+          const Xmm scale = tmp_t();
+          if (avx512_) {
+            vmulps(scale, s, ptr_b[token_ptr_[t] + xoff_ + offsetof(ActBlock, d)]);
+          } else {
+            vbroadcastss(scale, ptr[token_ptr_[t] + xoff_ + offsetof(ActBlock, d)]);
+            vmulps(scale, scale, s);
+          }
+          const int a = acc_index(pc, tc, i, h, t);
+          vcvtdq2ps(vec(a), vec(a));
+          vfmadd231ps(vec(nacc + a), vec(a), scale);
+        }
+      }
+    }
+  }
+
+  // exp(-g) into e (clobbers z and n): Cephes-style range reduction and
+  // polynomial, ~1-2 ulp.
+  void exp_neg(const Xmm& g, const Xmm& e, const Xmm& z, const Xmm& n) {
+    vxorps(z, g, cst(kSignMask));
+    vminps(z, z, cst(kExpHi));
+    vmaxps(z, z, cst(kExpLo));
+    vmulps(n, z, cst(kLog2e));
+    if (avx512_) {
+      vrndscaleps(n, n, 0);
+    } else {
+      vroundps(n, n, 0);
+    }
+    vfnmadd231ps(z, n, cst(kLn2Hi));
+    vfnmadd231ps(z, n, cst(kLn2Lo));
+    vmovups(e, cst(kP0));
+    for (Const c : {kP1, kP2, kP3, kP4, kP5, kOne, kOne}) vfmadd213ps(e, z, cst(c));
+    if (avx512_) {
+      vscalefps(e, e, n);
+    } else {
+      vcvtps2dq(n, n);
+      vpslld(n, n, 23);
+      vpaddd(e, e, n);
+    }
+  }
+
+  void epilogue(int gc, int tc, int nacc) {
+    const int pc = gc * int(mult_);
+    const Epilogue epi = spec_.epilogue;
+    const bool bias = epi == Epilogue::Bias || epi == Epilogue::BiasResidual;
+    const bool residual = epi == Epilogue::Residual || epi == Epilogue::BiasResidual;
+    const Reg64 y_ptr = r8, b_ptr = r9, r_ptr = r10, rows = r11, tmp = rbx;
+    // b_ptr = bias + mg*16 rows.
+    if (bias) {
+      mov(b_ptr, qword[rsp + kMg]);
+      shl(b_ptr, 6);
+      add(b_ptr, qword[args_ + kArgBias]);
+    }
+    for (int g = 0; g < gc; ++g) {
+      // rows = clamp(m_rows - (mg + g) * 16, 0, 16): the rows of this group to store.
+      mov(rows, qword[rsp + kMg]);
+      add(rows, g);
+      shl(rows, 4);
+      neg(rows);
+      add(rows, qword[args_ + kArgMRows]);
+      mov(tmp, 16);
+      cmp(rows, tmp);
+      cmovg(rows, tmp);
+      for (int h = 0; h < halves_; ++h) {
+        const Xmm mask = tmp_w();
+        if (avx512_) {
+          mov(tmp.cvt32(), 0xFFFF);
+          bzhi(tmp.cvt32(), tmp.cvt32(), rows.cvt32());
+          kmovw(k1, tmp.cvt32());
+        } else {
+          // n = clamp(rows - 8h, 0, 8); mask = row_masks[8 - n ..].
+          mov(tmp, rows);
+          if (h == 1) sub(tmp, 8);
+          mov(rdx, 8);
+          cmp(tmp, rdx);
+          cmovg(tmp, rdx);
+          xor_(edx, edx);
+          cmp(tmp, rdx);
+          cmovl(tmp, rdx);
+          neg(tmp);
+          lea(rdx, ptr[rip + row_masks_]);
+          vmovdqu(mask, ptr[rdx + tmp * 4 + 32]);
+        }
+        const int row_byte = (g * int(kPackRows) + h * 8) * 4;
+        for (int t = 0; t < tc; ++t) {
+          // y_ptr = y + ((nt + t) * y_stride + mg * 16) floats.
+          mov(y_ptr, qword[rsp + kNt]);
+          add(y_ptr, t);
+          if (residual) {
+            mov(r_ptr, y_ptr);
+            imul(r_ptr, qword[args_ + kArgRStride]);
+          }
+          imul(y_ptr, qword[args_ + kArgYStride]);
+          mov(tmp, qword[rsp + kMg]);
+          shl(tmp, 4);
+          add(y_ptr, tmp);
+          shl(y_ptr, 2);
+          add(y_ptr, qword[args_ + kArgY]);
+          if (residual) {
+            add(r_ptr, tmp);
+            shl(r_ptr, 2);
+            add(r_ptr, qword[args_ + kArgResidual]);
+          }
+          Xmm v = vec(nacc + acc_index(pc, tc, g * int(mult_), h, t));
+          if (epi == Epilogue::SiluMul) {
+            const Xmm up = vec(nacc + acc_index(pc, tc, g * 2 + 1, h, t));
+            const Xmm e = tmp_x();
+            exp_neg(v, e, tmp_s(), tmp_t());
+            vaddps(e, e, cst(kOne));
+            vdivps(v, v, e);
+            vmulps(v, v, up);
+          }
+          if (bias) add_masked(v, ptr[b_ptr + row_byte], mask);
+          if (residual) add_masked(v, ptr[r_ptr + row_byte], mask);
+          if (avx512_) {
+            vmovups(ptr[y_ptr + row_byte] | k1, v);
+          } else {
+            vmaskmovps(ptr[y_ptr + row_byte], mask, v);
+          }
+        }
+      }
+    }
+  }
+
+  void add_masked(const Xmm& v, const Address& addr, const Xmm& mask) {
+    const Xmm t = tmp_s();
+    if (avx512_) {
+      vmovups(t | k1 | T_z, addr);
+    } else {
+      vmaskmovps(t, mask, addr);
+    }
+    vaddps(v, v, t);
+  }
+
+  Isa isa_;
+  KernelSpec spec_;
+  KernelShape shape_;
+  bool avx512_ = true;
+  int halves_ = 1;
+  int64_t mult_ = 1;
+  Label consts_, row_masks_;
+};
+
+}  // namespace
+
+std::vector<uint8_t> generate_matmul_kernel(Isa isa, const KernelSpec& spec, const KernelShape& shape) {
+  MatMulGenerator gen(isa, spec, shape);
+  const uint8_t* code = gen.getCode();
+  return std::vector<uint8_t>(code, code + gen.getSize());
+}
+
+std::vector<uint8_t> generate_matmul_kernel(Isa isa, const std::string& name) {
+  const KernelSpec spec = parse_kernel_name(name);
+  return generate_matmul_kernel(isa, spec, kernel_shape(isa, spec));
+}
+
+}  // namespace lumen::codegen

@@ -1,0 +1,39 @@
+// Pass insert_quantize: an explicit quantize op in front of every matmul
+// whose input is f32 (see passes.h).
+#include <map>
+
+#include "lumen/passes.h"
+#include "pass_util.h"
+
+namespace lumen::passes {
+
+void insert_quantize(ir::Module& m) {
+  ir::Function& f = m.forward;
+  for (auto* block : detail::blocks(f)) {
+    std::vector<ir::Op> out;
+    std::map<ir::ValueId, ir::ValueId> quantized;  // f32 value -> its act_q8 twin in this block
+    for (auto& op : *block) {
+      if (op.kind == ir::OpKind::MatMul && !op.operands.empty()) {
+        ir::ValueId x = op.operands[0];
+        const ir::Type& t = f.type(x);
+        if (t.known && t.dtype == ir::DType::F32) {
+          auto it = quantized.find(x);
+          if (it == quantized.end()) {
+            ir::Op q;
+            q.kind = ir::OpKind::Quantize;
+            q.operands = {x};
+            q.result = f.new_value(ir::Type::of(ir::DType::ActQ8, t.shape));
+            q.line = op.line;
+            it = quantized.emplace(x, q.result).first;
+            out.push_back(std::move(q));
+          }
+          op.operands[0] = it->second;
+        }
+      }
+      out.push_back(std::move(op));
+    }
+    *block = std::move(out);
+  }
+}
+
+}  // namespace lumen::passes

@@ -1,0 +1,313 @@
+// Pass lower_to_program: scheduled, memory-planned IR -> program::Program
+// (see passes.h and include/lumen/program.h for the target's semantics).
+#include <map>
+
+#include "lumen/passes.h"
+#include "pass_util.h"
+
+namespace lumen::passes {
+
+namespace {
+
+using program::Expr;
+
+program::DType to_program(ir::DType t) {
+  switch (t) {
+    case ir::DType::F32: return program::DType::F32;
+    case ir::DType::F16: return program::DType::F16;
+    case ir::DType::Q8_0: return program::DType::Q8_0;
+    case ir::DType::ActQ8: return program::DType::ActQ8;
+    case ir::DType::I32: return program::DType::I32;
+  }
+  return program::DType::F32;
+}
+
+program::Epilogue to_program(ir::Epilogue e) {
+  switch (e) {
+    case ir::Epilogue::None: return program::Epilogue::None;
+    case ir::Epilogue::Bias: return program::Epilogue::Bias;
+    case ir::Epilogue::Residual: return program::Epilogue::Residual;
+    case ir::Epilogue::BiasResidual: return program::Epilogue::BiasResidual;
+    case ir::Epilogue::SiluMul: return program::Epilogue::SiluMul;
+  }
+  return program::Epilogue::None;
+}
+
+class Lowering {
+ public:
+  explicit Lowering(const ir::Module& m) : m_(m), f_(m.forward) {}
+
+  program::Program run() {
+    if (!m_.memory) fail("the module has no memory plan (run plan_memory first)");
+    program::Program p;
+    p.arch = m_.name;
+    p.source_name = m_.source;
+    lower_params(p);
+    for (const auto& c : m_.checks) {
+      program::Check check;
+      check.lhs = expr(c.lhs);
+      check.rhs = expr(c.rhs);
+      check.cmp = static_cast<program::Check::Cmp>(c.cmp);  // same order
+      check.message = c.message;
+      p.checks.push_back(std::move(check));
+    }
+    lower_weights(p);
+    lower_buffers(p);
+    for (const auto& op : f_.pre) lower_op(op, p.pre);
+    if (f_.loop) {
+      p.n_layers = expr(f_.loop->trip_count);
+      for (const auto& op : f_.loop->body) lower_op(op, p.layer);
+    } else {
+      p.n_layers = Expr::constant(0);
+    }
+    for (const auto& op : f_.post) lower_op(op, p.post);
+    p.tokens_buffer = view(f_.tokens).buffer;
+    p.logits_buffer = view(f_.result).buffer;
+    p.n_ctx_train = context_length();
+    p.kv_dim = kv_dim_.value_or(Expr::constant(0));
+    p.arena_bytes = expr(m_.memory->arena_bytes);
+    return p;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& msg) const { throw ir::IrError("lower_to_program: " + msg); }
+
+  int param_index(const std::string& name) const {
+    for (size_t i = 0; i < m_.params.size(); ++i)
+      if (m_.params[i].name == name) return static_cast<int>(i);
+    fail("unknown param '" + name + "'");
+  }
+
+  Expr expr(const ir::Dim& d) const {
+    using K = ir::Dim::Kind;
+    switch (d.kind()) {
+      case K::Const: return Expr::constant(d.value());
+      case K::Param: return Expr::hparam(param_index(d.name()));
+      case K::Tokens: return Expr::tokens();
+      default: break;
+    }
+    Expr a = expr(d.lhs()), b = expr(d.rhs());
+    switch (d.kind()) {
+      case K::Add: return a + b;
+      case K::Sub: return a - b;
+      case K::Mul: return a * b;
+      case K::Div: return a / b;
+      case K::Mod: return a % b;
+      case K::Max: return max(a, b);
+      case K::Min: {
+        // min(a, b) = a + b - max(a, b): program.h has no min() helper.
+        Expr sum = a + b;
+        return sum - max(a, b);
+      }
+      default: fail("unknown expression");
+    }
+  }
+
+  void lower_params(program::Program& p) {
+    for (const auto& param : m_.params) {
+      program::HParam h;
+      h.name = param.name;
+      h.kind = param.kind == ir::Param::Kind::Int ? program::HParam::Kind::Int : program::HParam::Kind::Float;
+      switch (param.source) {
+        case ir::Param::Source::Key:
+          h.gguf_key = param.gguf_key;
+          h.default_value = param.default_value;
+          if (param.default_expr) h.derived = expr(*param.default_expr);
+          h.required = !param.default_value && !param.default_expr;
+          break;
+        case ir::Param::Source::Length:
+          h.gguf_key = "len(" + param.gguf_key + ")";  // the runtime's spelling for an array length
+          h.required = true;
+          break;
+        case ir::Param::Source::Derived:
+          h.required = false;
+          if (param.derived) h.derived = expr(*param.derived);
+          break;
+        case ir::Param::Source::Constant:  // no key: the default is the value
+          h.required = false;
+          h.default_value = param.default_value;
+          break;
+      }
+      p.hparams.push_back(std::move(h));
+    }
+  }
+
+  void lower_weights(program::Program& p) {
+    for (const auto& w : m_.weights) {
+      program::Weight pw;
+      pw.name = w.name;
+      pw.gguf_name = w.gguf_name;
+      pw.per_layer = w.per_layer;
+      pw.dtypes = {to_program(w.dtype)};
+      for (auto it = w.shape.rbegin(); it != w.shape.rend(); ++it) pw.shape.push_back(expr(*it));  // ggml order
+      pw.fallback = w.fallback;
+      pw.optional = w.optional;
+      weight_index_[w.name] = static_cast<int>(p.weights.size());
+      p.weights.push_back(std::move(pw));
+    }
+  }
+
+  void lower_buffers(program::Program& p) {
+    const auto& buffers = m_.memory->buffers;
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      const auto& b = buffers[i];
+      program::Buffer pb;
+      pb.name = buffer_name(b, i);
+      pb.dtype = to_program(b.dtype);
+      pb.rows = expr(b.rows);
+      pb.cols = expr(b.cols);
+      pb.offset = expr(b.offset);
+      for (ValueId v : b.values) buffer_of_[v] = static_cast<int>(i);
+      p.buffers.push_back(std::move(pb));
+    }
+    // Column offsets: views shift their source's, everything else starts at 0.
+    auto visit = [&](const ir::Op& op) {
+      if (op.kind == ir::OpKind::View) col_offset_[op.result] = offset_of(op.operands.at(0)) + op.attr("offset")->dim;
+      else if (op.kind == ir::OpKind::Rope) col_offset_[op.result] = offset_of(op.operands.at(0));
+      else if (op.residual != ir::kNoValue && buffer_of_.count(op.residual) && buffer_of_.count(op.result) &&
+               buffer_of_[op.residual] == buffer_of_[op.result])
+        col_offset_[op.result] = offset_of(op.residual);
+    };
+    for (const auto& op : f_.pre) visit(op);
+    if (f_.loop) {
+      for (const auto& c : f_.loop->carried) col_offset_[c.arg] = offset_of(c.init);
+      for (const auto& op : f_.loop->body) visit(op);
+      for (const auto& c : f_.loop->carried) col_offset_[c.result] = offset_of(c.arg);
+    }
+    for (const auto& op : f_.post) visit(op);
+  }
+
+  // "tokens", "logits", else the op that first writes the buffer and its
+  // index: "embed1", "matmul3".
+  std::string buffer_name(const ir::ArenaBuffer& b, size_t index) const {
+    for (ValueId v : b.values) {
+      if (v == f_.tokens) return "tokens";
+      if (v == f_.result) return "logits";
+    }
+    std::string name = "buffer";
+    for_each_op(f_, [&](const ir::Op& op) {
+      if (!b.values.empty() && op.result == b.values.front()) name = ir::to_string(op.kind);
+    });
+    name += std::to_string(index);
+    return name;
+  }
+
+  using ValueId = ir::ValueId;
+  ir::Dim offset_of(ValueId v) const {
+    auto it = col_offset_.find(v);
+    return it == col_offset_.end() ? ir::Dim::constant(0) : it->second;
+  }
+
+  program::View view(ValueId v) const {
+    auto it = buffer_of_.find(v);
+    if (it == buffer_of_.end()) fail("a value has no buffer in the memory plan");
+    const ir::Type& t = f_.type(v);
+    program::View out;
+    out.buffer = it->second;
+    out.col_offset = expr(offset_of(v));
+    out.cols = expr(t.shape.size() == 2 ? t.shape[1] : ir::Dim::constant(1));
+    return out;
+  }
+
+  std::vector<int> weights(const std::vector<ir::WeightRef>& refs) const {
+    std::vector<int> out;
+    for (const auto& r : refs) out.push_back(weight_index_.at(r.name));
+    return out;
+  }
+
+  Expr dim_attr(const ir::Op& op, const char* name) const {
+    const ir::Attr* a = op.attr(name);
+    if (!a || a->kind != ir::Attr::Kind::Dim) fail(detail::describe(op) + ": missing attribute " + name);
+    return expr(a->dim);
+  }
+  int param_attr(const ir::Op& op, const char* name) const {
+    const ir::Attr* a = op.attr(name);
+    if (!a || a->kind != ir::Attr::Kind::Ident) fail(detail::describe(op) + ": missing attribute " + name);
+    return param_index(a->text);
+  }
+  int64_t int_attr(const ir::Op& op, const char* name) const {
+    const ir::Attr* a = op.attr(name);
+    if (!a || a->kind != ir::Attr::Kind::Int) fail(detail::describe(op) + ": not scheduled (no " + name + ")");
+    return a->int_value;
+  }
+  std::string string_attr(const ir::Op& op, const char* name) const {
+    const ir::Attr* a = op.attr(name);
+    if (!a || a->kind != ir::Attr::Kind::String) fail(detail::describe(op) + ": not scheduled (no " + name + ")");
+    return a->text;
+  }
+
+  void lower_op(const ir::Op& op, std::vector<program::Op>& out) {
+    if (op.kind == ir::OpKind::View) return;  // a column range of its source: no work
+    program::Op p;
+    p.line = op.line;
+    for (ValueId v : op.operands) p.inputs.push_back(view(v));
+    p.output = view(op.result);
+    p.weights = weights(op.weights);
+    switch (op.kind) {
+      case ir::OpKind::Embed: p.kind = program::OpKind::Embed; break;
+      case ir::OpKind::RmsNorm:
+      case ir::OpKind::RmsNormQuant:
+        p.kind = op.kind == ir::OpKind::RmsNorm ? program::OpKind::RmsNorm : program::OpKind::RmsNormQuant;
+        p.eps_hparam = param_attr(op, "eps");
+        break;
+      case ir::OpKind::Quantize: p.kind = program::OpKind::Quantize; break;
+      case ir::OpKind::MatMul:
+        p.kind = program::OpKind::MatMul;
+        p.biases = weights(op.biases);
+        p.epilogue = to_program(op.epilogue);
+        if (op.residual != ir::kNoValue) p.residual = view(op.residual);
+        p.schedule.decode_kernel = string_attr(op, "decode_kernel");
+        p.schedule.prefill_kernel = string_attr(op, "prefill_kernel");
+        p.schedule.tile_m = int_attr(op, "tile_m");
+        p.schedule.tile_n = int_attr(op, "tile_n");
+        p.schedule.rows_per_task = int_attr(op, "rows_per_task");
+        p.schedule.tokens_per_task = int_attr(op, "tokens_per_task");
+        break;
+      case ir::OpKind::Rope: {
+        p.kind = program::OpKind::Rope;
+        const ir::Attr* mode = op.attr("mode");
+        p.rope_mode = mode && mode->text == "normal" ? program::RopeMode::Normal : program::RopeMode::Neox;
+        p.rope_base_hparam = param_attr(op, "base");
+        p.n_heads = dim_attr(op, "heads");
+        p.head_dim = dim_attr(op, "dim");
+        break;
+      }
+      case ir::OpKind::Attention:
+        p.kind = program::OpKind::Attention;
+        p.n_heads = dim_attr(op, "heads");
+        p.n_heads_kv = dim_attr(op, "kv_heads");
+        p.head_dim = dim_attr(op, "dim");
+        if (!kv_dim_) kv_dim_ = expr(f_.type(op.operands.at(1)).shape.at(1));
+        break;
+      case ir::OpKind::Add: p.kind = program::OpKind::Add; break;
+      case ir::OpKind::Mul: p.kind = program::OpKind::Mul; break;
+      case ir::OpKind::Silu: p.kind = program::OpKind::Silu; break;
+      case ir::OpKind::SiluMul: p.kind = program::OpKind::SiluMul; break;
+      case ir::OpKind::Last: p.kind = program::OpKind::TakeLast; break;
+      case ir::OpKind::Softmax:
+        fail(detail::describe(op) + ": a standalone softmax has no program op yet (use attention)");
+      case ir::OpKind::View: break;
+    }
+    out.push_back(std::move(p));
+  }
+
+  // The training context length: the standard GGUF key "<arch>.context_length".
+  Expr context_length() const {
+    for (size_t i = 0; i < m_.params.size(); ++i)
+      if (m_.params[i].gguf_key == m_.name + ".context_length") return Expr::hparam(static_cast<int>(i));
+    return Expr::constant(0);
+  }
+
+  const ir::Module& m_;
+  const ir::Function& f_;
+  std::map<std::string, int> weight_index_;
+  std::map<ValueId, int> buffer_of_;
+  std::map<ValueId, ir::Dim> col_offset_;
+  std::optional<Expr> kv_dim_;
+};
+
+}  // namespace
+
+program::Program lower_to_program(const ir::Module& m) { return Lowering(m).run(); }
+
+}  // namespace lumen::passes

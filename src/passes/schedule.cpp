@@ -1,0 +1,56 @@
+// Pass schedule: kernel variants and thread split for every matmul (see passes.h).
+#include "lumen/passes.h"
+#include "pass_util.h"
+
+namespace lumen::passes {
+
+namespace {
+
+// Prefill micro-kernel register tile: 16 weight rows (one packed row group,
+// kernel_abi.h pack_row_group) by 4 tokens.
+constexpr int64_t kTileM = 16;
+constexpr int64_t kTileN = 4;
+// Work items handed to the thread pool: 64 output rows (4 row groups) per
+// task for decode, and 64 tokens per task for prefill. Starting values; the
+// kernels' benchmarks may tune them.
+constexpr int64_t kRowsPerTask = 64;
+constexpr int64_t kTokensPerTask = 64;
+
+program::Epilogue to_program(ir::Epilogue e) {
+  switch (e) {
+    case ir::Epilogue::None: return program::Epilogue::None;
+    case ir::Epilogue::Bias: return program::Epilogue::Bias;
+    case ir::Epilogue::Residual: return program::Epilogue::Residual;
+    case ir::Epilogue::BiasResidual: return program::Epilogue::BiasResidual;
+    case ir::Epilogue::SiluMul: return program::Epilogue::SiluMul;
+  }
+  return program::Epilogue::None;
+}
+
+}  // namespace
+
+void schedule(ir::Module& m) {
+  for_each_op(m.forward, [&m](ir::Op& op) {
+    if (op.kind != ir::OpKind::MatMul) return;
+    // The kernels multiply Q8_0 weights by act_q8 activations; anything else
+    // has no kernel, and a silent slow path would hide that.
+    for (const auto& w : op.weights) {
+      const ir::Weight* decl = m.find_weight(w.name);
+      if (!decl || decl->dtype != ir::DType::Q8_0)
+        throw ir::IrError("schedule: " + detail::describe(op) + ": no matmul kernel for @" + w.name +
+                          (decl ? std::string(" of dtype ") + ir::to_string(decl->dtype) : std::string()) +
+                          " (weights must be q8_0)");
+    }
+    if (op.operands.empty() || m.forward.type(op.operands[0]).dtype != ir::DType::ActQ8)
+      throw ir::IrError("schedule: " + detail::describe(op) + ": the input must be act_q8 (run insert_quantize first)");
+    program::Epilogue e = to_program(op.epilogue);
+    op.set_attr("decode_kernel", ir::Attr::string(program::kernel_name(false, e, kTileM, kTileN)));
+    op.set_attr("prefill_kernel", ir::Attr::string(program::kernel_name(true, e, kTileM, kTileN)));
+    op.set_attr("tile_m", ir::Attr::integer(kTileM));
+    op.set_attr("tile_n", ir::Attr::integer(kTileN));
+    op.set_attr("rows_per_task", ir::Attr::integer(kRowsPerTask));
+    op.set_attr("tokens_per_task", ir::Attr::integer(kTokensPerTask));
+  });
+}
+
+}  // namespace lumen::passes

@@ -1,0 +1,729 @@
+// The stable text form of a scheduled program (docs/runtime.md describes it):
+// serialize() writes it, deserialize() reads it back. deserialize() reads the
+// contents of model.so files, so it treats its input as hostile: every
+// malformed line is a ParseError naming the line, never a crash.
+//
+// One record per line: `<kind> key=value key=value ...`; values are bare words
+// or double-quoted strings with C escapes. Expressions are fully
+// parenthesized infix without spaces; hparams, buffers and weights are named
+// (or written `#<index>` when their name cannot serve as a reference).
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lumen/program.h"
+
+namespace lumen::program {
+namespace {
+
+constexpr std::string_view kHeader = "lumen-program 1";
+constexpr int kMaxExprDepth = 200;
+
+// ================================================================== writing
+
+bool is_identifier(std::string_view s) {
+  if (s.empty()) return false;
+  auto head = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  if (!head(s[0])) return false;
+  for (char c : s)
+    if (!head(c) && !(c >= '0' && c <= '9')) return false;
+  return s != "N" && s != "_" && s != "min" && s != "max";
+}
+
+// How each entry of a table is referred to: its name when that is an
+// unambiguous identifier, else "#<index>".
+template <typename T>
+std::vector<std::string> reference_names(const std::vector<T>& table) {
+  std::map<std::string, int> count;
+  for (const T& t : table) ++count[t.name];
+  std::vector<std::string> refs;
+  for (size_t i = 0; i < table.size(); ++i) {
+    const std::string& n = table[i].name;
+    refs.push_back(is_identifier(n) && count[n] == 1 ? n : std::string(1, '#').append(std::to_string(i)));
+  }
+  return refs;
+}
+
+std::string quote(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    unsigned char u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (u < 0x20 || u == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", u);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+std::string number(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+std::string optional_number(const std::optional<double>& v) { return v ? number(*v) : "_"; }
+
+const char* to_string(Check::Cmp c) {
+  switch (c) {
+    case Check::Cmp::Eq: return "eq";
+    case Check::Cmp::Ne: return "ne";
+    case Check::Cmp::Lt: return "lt";
+    case Check::Cmp::Le: return "le";
+    case Check::Cmp::Gt: return "gt";
+    case Check::Cmp::Ge: return "ge";
+  }
+  return "?";
+}
+
+const char* to_string(RopeMode m) { return m == RopeMode::Neox ? "neox" : "normal"; }
+
+class TextWriter {
+ public:
+  explicit TextWriter(const Program& p)
+      : p_(p), hparams_(reference_names(p.hparams)), buffers_(reference_names(p.buffers)),
+        weights_(reference_names(p.weights)) {}
+
+  std::string write() {
+    out_ += kHeader;
+    out_ += '\n';
+    out_ += "program arch=" + quote(p_.arch) + " source=" + quote(p_.source_name) +
+            " tokens=" + buffer_ref(p_.tokens_buffer) + " logits=" + buffer_ref(p_.logits_buffer) +
+            " n_layers=" + expr(p_.n_layers) + " n_ctx_train=" + expr(p_.n_ctx_train) +
+            " kv_dim=" + expr(p_.kv_dim) + " arena_bytes=" + expr(p_.arena_bytes) + "\n";
+    for (const HParam& h : p_.hparams) {
+      out_ += "hparam name=" + quote(h.name) + " key=" + quote(h.gguf_key) +
+              " kind=" + (h.kind == HParam::Kind::Int ? "int" : "float") +
+              " required=" + (h.required ? "1" : "0") + " default=" + optional_number(h.default_value) +
+              " derived=" + (h.derived ? expr(*h.derived) : "_") +
+              " min=" + optional_number(h.min_value) + " max=" + optional_number(h.max_value) + "\n";
+    }
+    for (const Check& c : p_.checks) {
+      out_ += std::string("check lhs=") + expr(c.lhs) + " cmp=" + to_string(c.cmp) +
+              " rhs=" + expr(c.rhs) + " message=" + quote(c.message) + "\n";
+    }
+    for (const Weight& w : p_.weights) {
+      std::string dtypes, shape;
+      for (DType d : w.dtypes) dtypes.append(dtypes.empty() ? "" : ",").append(program::to_string(d));
+      for (const Expr& e : w.shape) shape.append(shape.empty() ? "" : "|").append(expr(e));
+      out_ += "weight name=" + quote(w.name) + " gguf=" + quote(w.gguf_name) +
+              " per_layer=" + (w.per_layer ? "1" : "0") + " dtypes=" + (dtypes.empty() ? "_" : dtypes) +
+              " shape=" + (shape.empty() ? "_" : shape) + " fallback=" + quote(w.fallback) +
+              " optional=" + (w.optional ? "1" : "0") + "\n";
+    }
+    for (const Buffer& b : p_.buffers) {
+      out_ += "buffer name=" + quote(b.name) + " dtype=" + program::to_string(b.dtype) +
+              " rows=" + expr(b.rows) + " cols=" + expr(b.cols) + " offset=" + expr(b.offset) + "\n";
+    }
+    for (const Op& op : p_.pre) write_op("pre", op);
+    for (const Op& op : p_.layer) write_op("layer", op);
+    for (const Op& op : p_.post) write_op("post", op);
+    return std::move(out_);
+  }
+
+ private:
+  std::string expr(const Expr& e) const {
+    if (e.terms.empty()) return "_";
+    std::string s = e.str(hparams_);
+    if (s.find("<malformed>") != std::string::npos)
+      throw std::invalid_argument("serialize: malformed expression in the program");
+    return s;
+  }
+  std::string buffer_ref(int i) const {
+    if (i < 0) return "_";
+    if (i >= static_cast<int>(buffers_.size()))
+      throw std::invalid_argument("serialize: buffer index " + std::to_string(i) + " out of range");
+    return buffers_[static_cast<size_t>(i)];
+  }
+  std::string weight_ref(int i) const {
+    if (i < 0 || i >= static_cast<int>(weights_.size()))
+      throw std::invalid_argument("serialize: weight index " + std::to_string(i) + " out of range");
+    return weights_[static_cast<size_t>(i)];
+  }
+  std::string hparam_ref(int i) const {
+    if (i < 0) return "_";
+    if (i >= static_cast<int>(hparams_.size()))
+      throw std::invalid_argument("serialize: hparam index " + std::to_string(i) + " out of range");
+    return hparams_[static_cast<size_t>(i)];
+  }
+  // "name" for a whole-buffer view, "name[offset:cols]" otherwise.
+  std::string view(const View& v) const {
+    if (v.buffer < 0) return "_";
+    std::string name = buffer_ref(v.buffer);
+    const Buffer& b = p_.buffers[static_cast<size_t>(v.buffer)];
+    bool whole = v.col_offset.terms.size() == 1 && v.col_offset.terms[0].op == ExprOp::Const &&
+                 v.col_offset.terms[0].value == 0 && same_terms(v.cols, b.cols);
+    if (whole) return name;
+    return name + "[" + expr(v.col_offset) + ":" + expr(v.cols) + "]";
+  }
+  static bool same_terms(const Expr& a, const Expr& b) {
+    if (a.terms.size() != b.terms.size()) return false;
+    for (size_t i = 0; i < a.terms.size(); ++i)
+      if (a.terms[i].op != b.terms[i].op || a.terms[i].value != b.terms[i].value) return false;
+    return true;
+  }
+
+  void write_op(const char* section, const Op& op) {
+    const Op defaults;
+    std::string line = std::string(section) + " op=" + program::to_string(op.kind);
+    if (!op.inputs.empty()) {
+      line += " in=";
+      for (size_t i = 0; i < op.inputs.size(); ++i) line.append(i ? "|" : "").append(view(op.inputs[i]));
+    }
+    if (op.output.buffer >= 0) line += " out=" + view(op.output);
+    auto refs = [&](const char* key, const std::vector<int>& list) {
+      if (list.empty()) return;
+      line += std::string(" ") + key + "=";
+      for (size_t i = 0; i < list.size(); ++i) line.append(i ? "," : "").append(weight_ref(list[i]));
+    };
+    refs("weights", op.weights);
+    refs("biases", op.biases);
+    if (op.residual.buffer >= 0) line += " residual=" + view(op.residual);
+    if (op.epilogue != defaults.epilogue) line += std::string(" epilogue=") + program::to_string(op.epilogue);
+    if (op.kind == OpKind::MatMul) {
+      const MatMulSchedule& s = op.schedule;
+      line += " decode_kernel=" + quote(s.decode_kernel) + " prefill_kernel=" + quote(s.prefill_kernel) +
+              " tile_m=" + std::to_string(s.tile_m) + " tile_n=" + std::to_string(s.tile_n) +
+              " rows_per_task=" + std::to_string(s.rows_per_task) +
+              " tokens_per_task=" + std::to_string(s.tokens_per_task);
+    }
+    if (op.eps_hparam >= 0) line += " eps=" + hparam_ref(op.eps_hparam);
+    if (op.kind == OpKind::Rope || op.rope_mode != defaults.rope_mode)
+      line += std::string(" rope_mode=") + to_string(op.rope_mode);
+    if (op.rope_base_hparam >= 0) line += " rope_base=" + hparam_ref(op.rope_base_hparam);
+    if (!op.n_heads.terms.empty()) line += " n_heads=" + expr(op.n_heads);
+    if (!op.n_heads_kv.terms.empty()) line += " n_heads_kv=" + expr(op.n_heads_kv);
+    if (!op.head_dim.terms.empty()) line += " head_dim=" + expr(op.head_dim);
+    if (op.line != 0) line += " line=" + std::to_string(op.line);
+    out_ += line + "\n";
+  }
+
+  const Program& p_;
+  std::vector<std::string> hparams_, buffers_, weights_;
+  std::string out_;
+};
+
+// ================================================================== reading
+
+struct Record {
+  int line = 0;
+  std::string kind;
+  std::vector<std::pair<std::string, std::string>> fields;
+};
+
+[[noreturn]] void fail(int line, const std::string& message) {
+  throw ParseError("line " + std::to_string(line) + ": " + message);
+}
+
+// Splits one line into its kind and key=value fields, unescaping quoted values.
+Record lex_line(std::string_view text, int line) {
+  Record r;
+  r.line = line;
+  size_t i = 0;
+  auto skip_space = [&] {
+    while (i < text.size() && (text[i] == ' ' || text[i] == '\t')) ++i;
+  };
+  skip_space();
+  while (i < text.size() && text[i] != ' ' && text[i] != '\t') r.kind += text[i++];
+  while (true) {
+    skip_space();
+    if (i >= text.size()) break;
+    std::string key;
+    while (i < text.size() && text[i] != '=' && text[i] != ' ' && text[i] != '\t') key += text[i++];
+    if (i >= text.size() || text[i] != '=') fail(line, "expected key=value, got '" + key + "'");
+    ++i;
+    std::string value;
+    if (i < text.size() && text[i] == '"') {
+      ++i;
+      bool closed = false;
+      while (i < text.size()) {
+        char c = text[i++];
+        if (c == '"') {
+          closed = true;
+          break;
+        }
+        if (c != '\\') {
+          value += c;
+          continue;
+        }
+        if (i >= text.size()) break;
+        char e = text[i++];
+        switch (e) {
+          case 'n': value += '\n'; break;
+          case 't': value += '\t'; break;
+          case '"': value += '"'; break;
+          case '\\': value += '\\'; break;
+          case 'x': {
+            auto hex = [&](char h) -> int {
+              if (h >= '0' && h <= '9') return h - '0';
+              if (h >= 'a' && h <= 'f') return h - 'a' + 10;
+              if (h >= 'A' && h <= 'F') return h - 'A' + 10;
+              return -1;
+            };
+            if (i + 2 > text.size() || hex(text[i]) < 0 || hex(text[i + 1]) < 0)
+              fail(line, "bad \\x escape in the value of '" + key + "'");
+            value += static_cast<char>(hex(text[i]) * 16 + hex(text[i + 1]));
+            i += 2;
+            break;
+          }
+          default: fail(line, std::string("unknown escape \\") + e + " in the value of '" + key + "'");
+        }
+      }
+      if (!closed) fail(line, "unterminated string in the value of '" + key + "'");
+      if (i < text.size() && text[i] != ' ' && text[i] != '\t')
+        fail(line, "junk after the string value of '" + key + "'");
+    } else {
+      while (i < text.size() && text[i] != ' ' && text[i] != '\t') value += text[i++];
+    }
+    for (const auto& f : r.fields)
+      if (f.first == key) fail(line, "duplicate field '" + key + "'");
+    r.fields.emplace_back(std::move(key), std::move(value));
+  }
+  return r;
+}
+
+int64_t parse_int(std::string_view s, int line, const std::string& what) {
+  bool negative = !s.empty() && s[0] == '-';
+  size_t i = negative ? 1 : 0;
+  if (i >= s.size()) fail(line, "expected an integer for " + what + ", got '" + std::string(s) + "'");
+  uint64_t magnitude = 0;
+  for (; i < s.size(); ++i) {
+    if (s[i] < '0' || s[i] > '9')
+      fail(line, "expected an integer for " + what + ", got '" + std::string(s) + "'");
+    if (magnitude > (UINT64_MAX - 9) / 10) fail(line, "integer out of range for " + what);
+    magnitude = magnitude * 10 + static_cast<uint64_t>(s[i] - '0');
+  }
+  constexpr uint64_t kLimit = uint64_t{1} << 63;
+  if (magnitude > (negative ? kLimit : kLimit - 1)) fail(line, "integer out of range for " + what);
+  if (negative) return magnitude == kLimit ? INT64_MIN : -static_cast<int64_t>(magnitude);
+  return static_cast<int64_t>(magnitude);
+}
+
+// Reads one record's fields into typed values, with references resolved.
+class RecordReader {
+ public:
+  RecordReader(const Record& r, const Program& p, const std::map<std::string, int>& hparam_names,
+               const std::map<std::string, int>& buffer_names,
+               const std::map<std::string, int>& weight_names)
+      : r_(r), p_(p), hparam_names_(hparam_names), buffer_names_(buffer_names),
+        weight_names_(weight_names), used_(r.fields.size(), false) {}
+
+  std::optional<std::string> get(const std::string& key) {
+    for (size_t i = 0; i < r_.fields.size(); ++i) {
+      if (r_.fields[i].first == key) {
+        used_[i] = true;
+        return r_.fields[i].second;
+      }
+    }
+    return std::nullopt;
+  }
+  std::string need(const std::string& key) {
+    auto v = get(key);
+    if (!v) fail(r_.line, "missing field '" + key + "' in '" + r_.kind + "'");
+    return *v;
+  }
+  // Every field must have been consumed: a typo is an error, not ignored.
+  void finish() {
+    for (size_t i = 0; i < used_.size(); ++i)
+      if (!used_[i]) fail(r_.line, "unknown field '" + r_.fields[i].first + "' in '" + r_.kind + "'");
+  }
+
+  int64_t integer(const std::string& key, int64_t fallback) {
+    auto v = get(key);
+    return v ? parse_int(*v, r_.line, "'" + key + "'") : fallback;
+  }
+  bool flag(const std::string& key) {
+    std::string v = need(key);
+    if (v == "0") return false;
+    if (v == "1") return true;
+    fail(r_.line, "expected 0 or 1 for '" + key + "', got '" + v + "'");
+  }
+  std::optional<double> optional_number(const std::string& key) {
+    std::string v = need(key);
+    if (v == "_") return std::nullopt;
+    errno = 0;
+    char* end = nullptr;
+    double d = std::strtod(v.c_str(), &end);
+    if (v.empty() || end != v.c_str() + v.size() || errno == ERANGE)
+      fail(r_.line, "expected a number for '" + key + "', got '" + v + "'");
+    return d;
+  }
+  Expr expr_field(const std::string& key, bool required) {
+    auto v = required ? std::optional<std::string>(need(key)) : get(key);
+    if (!v || *v == "_") return Expr{};
+    return expr(*v, key);
+  }
+  int hparam_field(const std::string& key) {
+    auto v = get(key);
+    if (!v || *v == "_") return -1;
+    return resolve(*v, hparam_names_, static_cast<int>(p_.hparams.size()), "hparam");
+  }
+  int buffer_field(const std::string& key) {
+    std::string v = need(key);
+    if (v == "_") return -1;
+    return resolve(v, buffer_names_, static_cast<int>(p_.buffers.size()), "buffer");
+  }
+  std::vector<int> weight_list(const std::string& key) {
+    std::vector<int> out;
+    auto v = get(key);
+    if (!v || v->empty()) return out;
+    for (const std::string& item : split(*v, ','))
+      out.push_back(resolve(item, weight_names_, static_cast<int>(p_.weights.size()), "weight"));
+    return out;
+  }
+  View view_field(const std::string& key) {
+    auto v = get(key);
+    if (!v) return View{};
+    return view(*v, key);
+  }
+  std::vector<View> view_list(const std::string& key) {
+    std::vector<View> out;
+    auto v = get(key);
+    if (!v || v->empty()) return out;
+    for (const std::string& item : split(*v, '|')) out.push_back(view(item, key));
+    return out;
+  }
+  int line() const { return r_.line; }
+
+  static std::vector<std::string> split(const std::string& s, char sep) {
+    std::vector<std::string> out(1);
+    for (char c : s) {
+      if (c == sep)
+        out.emplace_back();
+      else
+        out.back() += c;
+    }
+    return out;
+  }
+
+  Expr expr(const std::string& text, const std::string& key) {
+    text_ = text;
+    pos_ = 0;
+    key_ = key;
+    Expr e;
+    parse_sum(e, 0);
+    if (pos_ != text_.size()) expr_error("unexpected '" + text_.substr(pos_, 1) + "'");
+    return e;
+  }
+
+ private:
+  int resolve(const std::string& ref, const std::map<std::string, int>& names, int count,
+              const char* what) {
+    if (!ref.empty() && ref[0] == '#') {
+      int64_t i = parse_int(std::string_view(ref).substr(1), r_.line, std::string(what) + " index");
+      if (i < 0 || i >= count) fail(r_.line, std::string(what) + " index " + ref + " out of range");
+      return static_cast<int>(i);
+    }
+    auto it = names.find(ref);
+    if (it == names.end()) fail(r_.line, std::string("unknown ") + what + " '" + ref + "'");
+    return it->second;
+  }
+
+  View view(const std::string& text, const std::string& key) {
+    View v;
+    if (text == "_") return v;
+    size_t bracket = text.find('[');
+    if (bracket == std::string::npos) {
+      v.buffer = resolve(text, buffer_names_, static_cast<int>(p_.buffers.size()), "buffer");
+      v.col_offset = Expr::constant(0);
+      v.cols = p_.buffers[static_cast<size_t>(v.buffer)].cols;
+      return v;
+    }
+    size_t colon = text.find(':', bracket);
+    if (text.back() != ']' || colon == std::string::npos)
+      fail(r_.line, "malformed view '" + text + "' in '" + key + "' (want name[offset:cols])");
+    v.buffer = resolve(text.substr(0, bracket), buffer_names_, static_cast<int>(p_.buffers.size()),
+                       "buffer");
+    v.col_offset = expr(text.substr(bracket + 1, colon - bracket - 1), key);
+    v.cols = expr(text.substr(colon + 1, text.size() - colon - 2), key);
+    return v;
+  }
+
+  [[noreturn]] void expr_error(const std::string& message) {
+    fail(r_.line, "in expression '" + text_ + "' of '" + key_ + "': " + message);
+  }
+  bool accept(char c) {
+    if (pos_ < text_.size() && text_[pos_] == c) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+  void expect(char c) {
+    if (!accept(c)) expr_error(std::string("expected '") + c + "'");
+  }
+  // sum := product (('+' | '-') product)*
+  void parse_sum(Expr& e, int depth) {
+    parse_product(e, depth);
+    while (pos_ < text_.size() && (text_[pos_] == '+' || text_[pos_] == '-')) {
+      ExprOp op = text_[pos_++] == '+' ? ExprOp::Add : ExprOp::Sub;
+      parse_product(e, depth);
+      e.terms.push_back(ExprTerm{op, 0});
+    }
+  }
+  // product := factor (('*' | '/' | '%') factor)*
+  void parse_product(Expr& e, int depth) {
+    parse_factor(e, depth);
+    while (pos_ < text_.size() && (text_[pos_] == '*' || text_[pos_] == '/' || text_[pos_] == '%')) {
+      char c = text_[pos_++];
+      ExprOp op = c == '*' ? ExprOp::Mul : c == '/' ? ExprOp::Div : ExprOp::Mod;
+      parse_factor(e, depth);
+      e.terms.push_back(ExprTerm{op, 0});
+    }
+  }
+  // factor := integer | 'N' | hparam | '#' index | ('min'|'max') '(' sum ',' sum ')' | '(' sum ')'
+  void parse_factor(Expr& e, int depth) {
+    if (depth > kMaxExprDepth) expr_error("nested too deeply");
+    if (pos_ >= text_.size()) expr_error("unexpected end");
+    char c = text_[pos_];
+    if (c == '(') {
+      ++pos_;
+      parse_sum(e, depth + 1);
+      expect(')');
+      return;
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) {
+      size_t start = pos_++;
+      while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') ++pos_;
+      e.terms.push_back(
+          ExprTerm{ExprOp::Const, parse_int(std::string_view(text_).substr(start, pos_ - start), r_.line,
+                                            "a constant in '" + key_ + "'")});
+      return;
+    }
+    if (c == '#') {
+      size_t start = pos_++;
+      while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') ++pos_;
+      e.terms.push_back(ExprTerm{ExprOp::HParam, resolve(text_.substr(start, pos_ - start), hparam_names_,
+                                                         static_cast<int>(p_.hparams.size()), "hparam")});
+      return;
+    }
+    size_t start = pos_;
+    while (pos_ < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_'))
+      ++pos_;
+    std::string word = text_.substr(start, pos_ - start);
+    if (word.empty()) expr_error("unexpected '" + std::string(1, c) + "'");
+    if (word == "N") {
+      e.terms.push_back(ExprTerm{ExprOp::Tokens, 0});
+      return;
+    }
+    if (word == "min" || word == "max") {
+      expect('(');
+      parse_sum(e, depth + 1);
+      expect(',');
+      parse_sum(e, depth + 1);
+      expect(')');
+      e.terms.push_back(ExprTerm{word == "min" ? ExprOp::Min : ExprOp::Max, 0});
+      return;
+    }
+    e.terms.push_back(ExprTerm{ExprOp::HParam, resolve(word, hparam_names_, static_cast<int>(p_.hparams.size()),
+                                                       "hparam")});
+  }
+
+  const Record& r_;
+  const Program& p_;
+  const std::map<std::string, int>& hparam_names_;
+  const std::map<std::string, int>& buffer_names_;
+  const std::map<std::string, int>& weight_names_;
+  std::vector<bool> used_;
+  std::string text_, key_;
+  size_t pos_ = 0;
+};
+
+template <typename Enum, size_t N>
+Enum parse_enum(const std::string& text, const Enum (&values)[N], const char* (*name)(Enum), int line,
+                const char* what) {
+  for (Enum v : values)
+    if (text == name(v)) return v;
+  fail(line, std::string("unknown ") + what + " '" + text + "'");
+}
+
+constexpr DType kDTypes[] = {DType::F32, DType::F16, DType::Q8_0, DType::ActQ8, DType::I32};
+constexpr OpKind kOpKinds[] = {OpKind::Embed, OpKind::RmsNorm, OpKind::RmsNormQuant, OpKind::Quantize,
+                               OpKind::MatMul, OpKind::Rope, OpKind::Attention, OpKind::Add,
+                               OpKind::Mul, OpKind::Silu, OpKind::SiluMul, OpKind::TakeLast};
+constexpr Epilogue kEpilogues[] = {Epilogue::None, Epilogue::Bias, Epilogue::Residual,
+                                   Epilogue::BiasResidual, Epilogue::SiluMul};
+constexpr Check::Cmp kCmps[] = {Check::Cmp::Eq, Check::Cmp::Ne, Check::Cmp::Lt,
+                                Check::Cmp::Le, Check::Cmp::Gt, Check::Cmp::Ge};
+constexpr RopeMode kRopeModes[] = {RopeMode::Normal, RopeMode::Neox};
+
+DType parse_dtype(const std::string& s, int line) {
+  return parse_enum<DType>(s, kDTypes, program::to_string, line, "dtype");
+}
+
+// Names of a table, for references; a duplicated name is only reachable by index.
+template <typename T>
+std::map<std::string, int> name_table(const std::vector<T>& table) {
+  std::map<std::string, int> names, count;
+  for (size_t i = 0; i < table.size(); ++i) {
+    names.emplace(table[i].name, static_cast<int>(i));
+    ++count[table[i].name];
+  }
+  for (const auto& [n, c] : count)
+    if (c > 1) names.erase(n);
+  return names;
+}
+
+}  // namespace
+
+std::string serialize(const Program& p) { return TextWriter(p).write(); }
+
+Program deserialize(std::string_view text) {
+  // Lex every line first: names are resolved once all tables are known.
+  std::vector<Record> records;
+  bool header_seen = false;
+  int line_no = 0;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(start, end - start);
+    start = end + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    size_t first = line.find_first_not_of(" \t");
+    if (first == std::string_view::npos || line[first] == '#') continue;
+    if (!header_seen) {
+      if (line != kHeader) fail(line_no, "expected the header '" + std::string(kHeader) + "'");
+      header_seen = true;
+      continue;
+    }
+    records.push_back(lex_line(line, line_no));
+  }
+  if (!header_seen) fail(line_no, "empty program (no '" + std::string(kHeader) + "' header)");
+
+  Program p;
+  // Pass 1: the tables, by name only, so that any record may refer to any entry.
+  for (const Record& r : records) {
+    auto name = [&]() -> std::string {
+      for (const auto& f : r.fields)
+        if (f.first == "name") return f.second;
+      fail(r.line, "missing field 'name' in '" + r.kind + "'");
+    };
+    if (r.kind == "hparam") p.hparams.emplace_back().name = name();
+    else if (r.kind == "weight") p.weights.emplace_back().name = name();
+    else if (r.kind == "buffer") p.buffers.emplace_back().name = name();
+  }
+  const auto hparam_names = name_table(p.hparams);
+  const auto buffer_names = name_table(p.buffers);
+  const auto weight_names = name_table(p.weights);
+
+  // Pass 2a: buffers first, since whole-buffer views copy their cols.
+  size_t n_buffer = 0;
+  for (const Record& r : records) {
+    if (r.kind != "buffer") continue;
+    RecordReader rd(r, p, hparam_names, buffer_names, weight_names);
+    Buffer& b = p.buffers[n_buffer++];
+    rd.need("name");
+    b.dtype = parse_dtype(rd.need("dtype"), r.line);
+    b.rows = rd.expr_field("rows", true);
+    b.cols = rd.expr_field("cols", true);
+    b.offset = rd.expr_field("offset", true);
+    rd.finish();
+  }
+
+  // Pass 2b: everything else, in file order.
+  size_t n_hparam = 0, n_weight = 0;
+  bool program_seen = false;
+  for (const Record& r : records) {
+    RecordReader rd(r, p, hparam_names, buffer_names, weight_names);
+    if (r.kind == "buffer") continue;
+    if (r.kind == "program") {
+      if (program_seen) fail(r.line, "a second 'program' record");
+      program_seen = true;
+      p.arch = rd.need("arch");
+      p.source_name = rd.need("source");
+      p.tokens_buffer = rd.buffer_field("tokens");
+      p.logits_buffer = rd.buffer_field("logits");
+      p.n_layers = rd.expr_field("n_layers", true);
+      p.n_ctx_train = rd.expr_field("n_ctx_train", true);
+      p.kv_dim = rd.expr_field("kv_dim", true);
+      p.arena_bytes = rd.expr_field("arena_bytes", true);
+    } else if (r.kind == "hparam") {
+      HParam& h = p.hparams[n_hparam++];
+      rd.need("name");
+      h.gguf_key = rd.need("key");
+      std::string kind = rd.need("kind");
+      if (kind == "int") h.kind = HParam::Kind::Int;
+      else if (kind == "float") h.kind = HParam::Kind::Float;
+      else fail(r.line, "unknown hparam kind '" + kind + "' (want int or float)");
+      h.required = rd.flag("required");
+      h.default_value = rd.optional_number("default");
+      Expr derived = rd.expr_field("derived", true);
+      if (!derived.terms.empty()) h.derived = std::move(derived);
+      h.min_value = rd.optional_number("min");
+      h.max_value = rd.optional_number("max");
+    } else if (r.kind == "check") {
+      Check& c = p.checks.emplace_back();
+      c.lhs = rd.expr_field("lhs", true);
+      c.cmp = parse_enum<Check::Cmp>(rd.need("cmp"), kCmps, to_string, r.line, "comparison");
+      c.rhs = rd.expr_field("rhs", true);
+      c.message = rd.need("message");
+    } else if (r.kind == "weight") {
+      Weight& w = p.weights[n_weight++];
+      rd.need("name");
+      w.gguf_name = rd.need("gguf");
+      w.per_layer = rd.flag("per_layer");
+      std::string dtypes = rd.need("dtypes");
+      if (dtypes != "_")
+        for (const std::string& d : RecordReader::split(dtypes, ',')) w.dtypes.push_back(parse_dtype(d, r.line));
+      std::string shape = rd.need("shape");
+      if (shape != "_")
+        for (const std::string& e : RecordReader::split(shape, '|')) w.shape.push_back(rd.expr(e, "shape"));
+      w.fallback = rd.need("fallback");
+      w.optional = rd.flag("optional");
+    } else if (r.kind == "pre" || r.kind == "layer" || r.kind == "post") {
+      std::vector<Op>& section = r.kind == "pre" ? p.pre : r.kind == "layer" ? p.layer : p.post;
+      Op& op = section.emplace_back();
+      op.kind = parse_enum<OpKind>(rd.need("op"), kOpKinds, program::to_string, r.line, "op");
+      op.inputs = rd.view_list("in");
+      op.output = rd.view_field("out");
+      op.weights = rd.weight_list("weights");
+      op.biases = rd.weight_list("biases");
+      op.residual = rd.view_field("residual");
+      if (auto e = rd.get("epilogue"))
+        op.epilogue = parse_enum<Epilogue>(*e, kEpilogues, program::to_string, r.line, "epilogue");
+      MatMulSchedule& s = op.schedule;
+      if (auto k = rd.get("decode_kernel")) s.decode_kernel = *k;
+      if (auto k = rd.get("prefill_kernel")) s.prefill_kernel = *k;
+      s.tile_m = rd.integer("tile_m", s.tile_m);
+      s.tile_n = rd.integer("tile_n", s.tile_n);
+      s.rows_per_task = rd.integer("rows_per_task", s.rows_per_task);
+      s.tokens_per_task = rd.integer("tokens_per_task", s.tokens_per_task);
+      op.eps_hparam = rd.hparam_field("eps");
+      if (auto m = rd.get("rope_mode"))
+        op.rope_mode = parse_enum<RopeMode>(*m, kRopeModes, to_string, r.line, "rope mode");
+      op.rope_base_hparam = rd.hparam_field("rope_base");
+      op.n_heads = rd.expr_field("n_heads", false);
+      op.n_heads_kv = rd.expr_field("n_heads_kv", false);
+      op.head_dim = rd.expr_field("head_dim", false);
+      int64_t src_line = rd.integer("line", 0);
+      if (src_line < 0 || src_line > INT32_MAX) fail(r.line, "source line out of range");
+      op.line = static_cast<int>(src_line);
+    } else {
+      fail(r.line, "unknown record '" + r.kind + "'");
+    }
+    rd.finish();
+  }
+  if (!program_seen) fail(line_no, "missing the 'program' record");
+  return p;
+}
+
+}  // namespace lumen::program

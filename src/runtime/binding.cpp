@@ -1,0 +1,372 @@
+// Binding a compiled program to a GGUF file (see binding.h): hparams, checks,
+// architecture, weights by name with dtype and shape checks, and the one-time
+// repacking of matmul weights into the kernels' row-group format.
+#include "lumen/runtime/binding.h"
+
+#include "lumen/runtime/thread_pool.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <string>
+
+namespace lumen::runtime {
+namespace {
+
+using program::DType;
+using program::Epilogue;
+using program::Expr;
+using program::HParam;
+using program::OpKind;
+using program::Program;
+
+std::string format_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+std::string shape_string(const std::vector<int64_t>& ne) {
+  std::string s = "[";
+  for (size_t i = 0; i < ne.size(); ++i) s.append(i ? ", " : "").append(std::to_string(ne[i]));
+  return s + "]";
+}
+
+// The value of one hparam's GGUF key, with its type checked exactly.
+std::optional<double> read_key(const HParam& h, const gguf::File& file) {
+  const std::string& key = h.gguf_key;
+  if (key.size() > 5 && key.compare(0, 4, "len(") == 0 && key.back() == ')') {
+    std::string array_key = key.substr(4, key.size() - 5);
+    const gguf::KeyValue* kv = file.find(array_key);
+    if (kv == nullptr) return std::nullopt;
+    if (kv->value.type != gguf::ValueType::Array)
+      throw LoadError("metadata key '" + array_key + "' has type " + std::string(gguf::to_string(kv->value.type)) +
+                      ", expected an array (for hparam '" + h.name + "')");
+    return static_cast<double>(kv->value.array().items.size());
+  }
+  const gguf::KeyValue* kv = file.find(key);
+  if (kv == nullptr) return std::nullopt;
+  const gguf::Scalar* scalar = kv->value.type == gguf::ValueType::Array ? nullptr : &kv->value.scalar();
+  if (h.kind == HParam::Kind::Int) {
+    if (scalar == nullptr || kv->value.type != gguf::ValueType::U32)
+      throw LoadError("metadata key '" + key + "' has type " + std::string(gguf::to_string(kv->value.type)) +
+                      ", expected u32");
+    return static_cast<double>(std::get<uint32_t>(*scalar));
+  }
+  if (scalar == nullptr || kv->value.type != gguf::ValueType::F32)
+    throw LoadError("metadata key '" + key + "' has type " + std::string(gguf::to_string(kv->value.type)) +
+                    ", expected f32");
+  return static_cast<double>(std::get<float>(*scalar));
+}
+
+std::string substitute_layer(const std::string& pattern, int64_t layer) {
+  std::string out;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern.compare(i, 3, "{i}") == 0) {
+      out += std::to_string(layer);
+      i += 2;
+    } else {
+      out += pattern[i];
+    }
+  }
+  return out;
+}
+
+std::optional<DType> dtype_of(gguf::TensorType t) {
+  switch (t) {
+    case gguf::TensorType::F32: return DType::F32;
+    case gguf::TensorType::F16: return DType::F16;
+    case gguf::TensorType::Q8_0: return DType::Q8_0;
+    case gguf::TensorType::I32: return DType::I32;
+    default: return std::nullopt;
+  }
+}
+
+int64_t eval_or_throw(const Expr& e, const std::vector<double>& hp, const std::string& what) {
+  try {
+    return e.eval(hp, 1);
+  } catch (const program::EvalError& err) {
+    throw LoadError("cannot evaluate " + what + ": " + err.what());
+  }
+}
+
+// ne with trailing 1s removed, so [128] and [128, 1] compare equal.
+std::vector<int64_t> squeeze(std::vector<int64_t> ne) {
+  while (ne.size() > 1 && ne.back() == 1) ne.pop_back();
+  return ne;
+}
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+}  // namespace
+
+std::vector<double> resolve_hparams(const Program& program, const gguf::File& file) {
+  try {
+    std::optional<std::string> arch = file.get_string("general.architecture");
+    if (!arch) throw LoadError("the GGUF file has no general.architecture key");
+    if (*arch != program.arch)
+      throw LoadError("the GGUF file is a '" + *arch + "' model, but this model.so runs '" + program.arch + "'");
+
+    // Unresolved entries are NaN, so a derivation that looks ahead fails to evaluate.
+    std::vector<double> values(program.hparams.size(), std::nan(""));
+    for (size_t i = 0; i < program.hparams.size(); ++i) {
+      const HParam& h = program.hparams[i];
+      std::optional<double> v;
+      std::string source = h.gguf_key.empty() ? "derived" : "key " + h.gguf_key;
+      if (!h.gguf_key.empty()) v = read_key(h, file);
+      if (!v && h.derived) {
+        v = static_cast<double>(eval_or_throw(*h.derived, values, "hparam '" + h.name + "'"));
+        source = "derived";
+      }
+      if (!v && h.default_value) {
+        v = *h.default_value;
+        source = "default";
+      }
+      if (!v) {
+        if (h.gguf_key.empty()) throw LoadError("hparam '" + h.name + "' has no key, default or derivation");
+        throw LoadError("missing metadata key '" + h.gguf_key + "' (hparam '" + h.name + "')");
+      }
+      if (!std::isfinite(*v) || (h.min_value && *v < *h.min_value) || (h.max_value && *v > *h.max_value)) {
+        throw LoadError("hparam '" + h.name + "' = " + format_number(*v) + " (" + source + ") is out of range [" +
+                        (h.min_value ? format_number(*h.min_value) : "-inf") + ", " +
+                        (h.max_value ? format_number(*h.max_value) : "inf") + "]");
+      }
+      values[i] = *v;
+    }
+    for (const program::Check& c : program.checks) {
+      int64_t lhs = eval_or_throw(c.lhs, values, "check '" + c.message + "'");
+      int64_t rhs = eval_or_throw(c.rhs, values, "check '" + c.message + "'");
+      bool ok = false;
+      switch (c.cmp) {
+        case program::Check::Cmp::Eq: ok = lhs == rhs; break;
+        case program::Check::Cmp::Ne: ok = lhs != rhs; break;
+        case program::Check::Cmp::Lt: ok = lhs < rhs; break;
+        case program::Check::Cmp::Le: ok = lhs <= rhs; break;
+        case program::Check::Cmp::Gt: ok = lhs > rhs; break;
+        case program::Check::Cmp::Ge: ok = lhs >= rhs; break;
+      }
+      if (!ok)
+        throw LoadError("model check failed: " + c.message + " (" + std::to_string(lhs) + " vs " +
+                        std::to_string(rhs) + ")");
+    }
+    return values;
+  } catch (const gguf::Error& e) {
+    throw LoadError(e.what());
+  }
+}
+
+BoundModel bind_model(const CompiledModel& model, const gguf::File& file, bool release_file_pages,
+                      ThreadPool& pool) {
+  const Program& p = model.program;
+  BoundModel b;
+  b.hparams = resolve_hparams(p, file);
+  b.n_layers = eval_or_throw(p.n_layers, b.hparams, "the layer count");
+  if (b.n_layers < 0 || b.n_layers > 65536)
+    throw LoadError("layer count " + std::to_string(b.n_layers) + " out of range");
+  b.n_ctx_train = eval_or_throw(p.n_ctx_train, b.hparams, "the training context");
+  b.kv_dim = eval_or_throw(p.kv_dim, b.hparams, "the KV row width");
+
+  // ---- weights by name
+  b.tensors.resize(p.weights.size());
+  for (size_t wi = 0; wi < p.weights.size(); ++wi) {
+    const program::Weight& w = p.weights[wi];
+    int64_t count = w.per_layer ? b.n_layers : 1;
+    std::vector<int64_t> expected;
+    for (const Expr& e : w.shape) expected.push_back(eval_or_throw(e, b.hparams, "the shape of '" + w.name + "'"));
+    for (int64_t layer = 0; layer < count; ++layer) {
+      std::string name = substitute_layer(w.gguf_name, layer);
+      const gguf::TensorInfo* t = file.find_tensor(name);
+      if (t == nullptr && !w.fallback.empty()) t = file.find_tensor(substitute_layer(w.fallback, layer));
+      if (t == nullptr && !w.optional) throw LoadError("missing tensor '" + name + "' (weight '" + w.name + "')");
+      if (t != nullptr) {
+        std::optional<DType> dt = dtype_of(t->type);
+        bool accepted = false;
+        for (DType d : w.dtypes) accepted |= dt && *dt == d;
+        if (!accepted) {
+          std::string want;
+          for (DType d : w.dtypes) want.append(want.empty() ? "" : " or ").append(program::to_string(d));
+          throw LoadError("tensor '" + t->name + "' has type " + std::string(gguf::to_string(t->type)) +
+                          ", expected " + want);
+        }
+        if (squeeze(t->ne) != squeeze(expected))
+          throw LoadError("tensor '" + t->name + "' has shape " + shape_string(t->ne) + ", expected " +
+                          shape_string(expected));
+      }
+      b.tensors[wi].push_back(t);
+    }
+  }
+
+  // ---- matmul weights: sizes first, then one allocation, then packing
+  const std::vector<program::Op>* sections[] = {&p.pre, &p.layer, &p.post};
+  const int64_t group_rows = pack_row_group(model.isa);
+  struct Job {
+    size_t section, op;
+    int64_t layer;
+    int64_t offset;
+  };
+  std::vector<Job> jobs;
+  int64_t total = 0;
+  std::set<const gguf::TensorInfo*> kept;  // tensors read in place by non-matmul ops
+  b.matmuls.resize(3);
+  for (size_t s = 0; s < 3; ++s) {
+    const std::vector<program::Op>& ops = *sections[s];
+    b.matmuls[s].resize(ops.size());
+    int64_t layers = s == 1 ? b.n_layers : 1;
+    for (size_t oi = 0; oi < ops.size(); ++oi) {
+      const program::Op& op = ops[oi];
+      for (int wi : op.weights)
+        if (wi < 0 || wi >= static_cast<int>(p.weights.size()))
+          throw LoadError("op " + std::string(program::to_string(op.kind)) + " refers to a weight out of range");
+      for (int64_t layer = 0; layer < layers; ++layer) {
+        auto tensor_of = [&](int wi) {
+          const auto& per_layer = b.tensors[static_cast<size_t>(wi)];
+          return per_layer.size() == 1 ? per_layer[0] : per_layer[static_cast<size_t>(layer)];
+        };
+        if (op.kind != OpKind::MatMul) {
+          for (int wi : op.weights) kept.insert(tensor_of(wi));
+          continue;
+        }
+        if (op.weights.empty()) throw LoadError("a MatMul op has no weights");
+        PackedMatMul mm;
+        int64_t rows_total = 0;
+        for (int wi : op.weights) {
+          const gguf::TensorInfo* t = tensor_of(wi);
+          if (t == nullptr) throw LoadError("optional weight '" + p.weights[static_cast<size_t>(wi)].name +
+                                            "' is absent but a matmul needs it");
+          std::vector<int64_t> ne = squeeze(t->ne);
+          if (t->type != gguf::TensorType::Q8_0 || ne.size() > 2)
+            throw LoadError("matmul weight '" + t->name + "' must be a 2-D Q8_0 tensor");
+          int64_t rows = ne.size() == 2 ? ne[1] : 1;
+          if (mm.k == 0) mm.k = ne[0];
+          if (ne[0] != mm.k)
+            throw LoadError("matmul weights of '" + t->name + "' disagree on the row length");
+          if (op.epilogue == Epilogue::SiluMul && mm.rows != 0 && rows != mm.rows)
+            throw LoadError("gate and up weights differ in rows at '" + t->name + "'");
+          rows_total += rows;
+          mm.rows = op.epilogue == Epilogue::SiluMul ? rows : rows_total;
+        }
+        int64_t bytes = 0;
+        if (op.epilogue == Epilogue::SiluMul) {
+          if (op.weights.size() != 2) throw LoadError("a SiluMul matmul needs exactly two weights (gate, up)");
+          bytes = 2 * packed_bytes(model.isa, mm.rows, mm.k);
+          mm.group_bytes = 2 * packed_bytes(model.isa, group_rows, mm.k);
+        } else {
+          bytes = packed_bytes(model.isa, mm.rows, mm.k);
+          mm.group_bytes = packed_bytes(model.isa, group_rows, mm.k);
+        }
+        bool wants_bias = op.epilogue == Epilogue::Bias || op.epilogue == Epilogue::BiasResidual;
+        if (wants_bias != !op.biases.empty() || (wants_bias && op.biases.size() != op.weights.size()))
+          throw LoadError("a MatMul op's biases do not match its weights and epilogue");
+        if (wants_bias) {
+          std::vector<float>& bias = b.bias_storage.emplace_back();
+          for (size_t i = 0; i < op.biases.size(); ++i) {
+            int bi = op.biases[i];
+            if (bi < 0 || bi >= static_cast<int>(p.weights.size())) throw LoadError("a bias index is out of range");
+            const gguf::TensorInfo* bt = tensor_of(bi);
+            const gguf::TensorInfo* wt = tensor_of(op.weights[i]);
+            int64_t rows = squeeze(wt->ne).size() == 2 ? wt->ne[1] : 1;
+            if (bt == nullptr || bt->type != gguf::TensorType::F32 || static_cast<int64_t>(bt->n_elements) != rows)
+              throw LoadError("bias for '" + wt->name + "' must be F32 with " + std::to_string(rows) + " elements");
+            const float* src = reinterpret_cast<const float*>(bt->data);
+            bias.insert(bias.end(), src, src + rows);
+          }
+          mm.bias = bias.data();
+        }
+        b.matmuls[s][oi].push_back(mm);
+        jobs.push_back(Job{s, oi, layer, total});
+        total += round_up(bytes, 64);
+      }
+    }
+  }
+
+  auto start = std::chrono::steady_clock::now();
+  uint8_t* storage = total > 0 ? static_cast<uint8_t*>(std::aligned_alloc(64, static_cast<size_t>(total))) : nullptr;
+  if (total > 0 && storage == nullptr) throw LoadError("out of memory packing " + std::to_string(total) + " bytes");
+  b.packed_storage = std::shared_ptr<uint8_t>(storage, [](uint8_t* q) { std::free(q); });
+  b.packed_bytes = static_cast<uint64_t>(total);
+
+  // Pieces of at most kPieceRows rows, packed in parallel; the file pages of
+  // each piece are released right after it is packed (unless a non-matmul op
+  // reads the tensor in place), so peak memory stays about one model's size.
+  constexpr int64_t kPieceRows = 1024;  // a multiple of every ISA's row group
+  struct Piece {
+    const Job* job;
+    int weight;        // -1: the whole job through one contiguous copy
+    int64_t row0, rows;
+  };
+  std::vector<Piece> pieces;
+  auto tensor_for = [&](const Job& job, int wi) {
+    const auto& per_layer = b.tensors[static_cast<size_t>(wi)];
+    return per_layer.size() == 1 ? per_layer[0] : per_layer[static_cast<size_t>(job.layer)];
+  };
+  for (const Job& job : jobs) {
+    const program::Op& op = (*sections[job.section])[job.op];
+    PackedMatMul& mm = b.matmuls[job.section][job.op][static_cast<size_t>(job.layer)];
+    mm.w = storage + job.offset;
+    bool aligned = true;
+    for (size_t i = 0; i + 1 < op.weights.size(); ++i)
+      aligned &= static_cast<int64_t>(tensor_for(job, op.weights[i])->n_elements) / mm.k % group_rows == 0;
+    if (!aligned) {
+      pieces.push_back(Piece{&job, -1, 0, mm.rows});
+      continue;
+    }
+    const size_t n_weights = op.epilogue == Epilogue::SiluMul ? 1 : op.weights.size();
+    for (size_t i = 0; i < n_weights; ++i) {
+      const int64_t rows = static_cast<int64_t>(tensor_for(job, op.weights[i])->n_elements) / mm.k;
+      for (int64_t r = 0; r < rows; r += kPieceRows)
+        pieces.push_back(Piece{&job, static_cast<int>(i), r, std::min(kPieceRows, rows - r)});
+    }
+  }
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  auto release = [&](const gguf::TensorInfo* t, int64_t byte0, int64_t bytes) {
+    if (!release_file_pages || kept.count(t) != 0) return;
+    uintptr_t begin = (reinterpret_cast<uintptr_t>(t->data + byte0) + page - 1) / page * page;
+    uintptr_t end = reinterpret_cast<uintptr_t>(t->data + byte0 + bytes) / page * page;
+    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  };
+  auto blocks = [](const gguf::TensorInfo* t) { return reinterpret_cast<const BlockQ8_0*>(t->data); };
+  pool.parallel_for(static_cast<int64_t>(pieces.size()), [&](int64_t index, int) {
+    const Piece& piece = pieces[static_cast<size_t>(index)];
+    const Job& job = *piece.job;
+    const program::Op& op = (*sections[job.section])[job.op];
+    const PackedMatMul& mm = b.matmuls[job.section][job.op][static_cast<size_t>(job.layer)];
+    uint8_t* out = storage + job.offset;
+    const int64_t row_blocks = mm.k / kQ8Block;
+    const int64_t row_bytes = row_blocks * static_cast<int64_t>(sizeof(BlockQ8_0));
+    if (piece.weight < 0) {
+      std::vector<BlockQ8_0> joined;
+      for (int wi : op.weights) {
+        const gguf::TensorInfo* t = tensor_for(job, wi);
+        joined.insert(joined.end(), blocks(t), blocks(t) + t->n_bytes / sizeof(BlockQ8_0));
+      }
+      pack_q8_0(model.isa, joined.data(), mm.rows, mm.k, out, 0);
+      for (int wi : op.weights) release(tensor_for(job, wi), 0, static_cast<int64_t>(tensor_for(job, wi)->n_bytes));
+      return;
+    }
+    if (op.epilogue == Epilogue::SiluMul) {
+      const gguf::TensorInfo* gate = tensor_for(job, op.weights[0]);
+      const gguf::TensorInfo* up = tensor_for(job, op.weights[1]);
+      pack_q8_0_gate_up(model.isa, blocks(gate) + piece.row0 * row_blocks, blocks(up) + piece.row0 * row_blocks,
+                        piece.rows, mm.k, out + piece.row0 / group_rows * mm.group_bytes);
+      release(gate, piece.row0 * row_bytes, piece.rows * row_bytes);
+      release(up, piece.row0 * row_bytes, piece.rows * row_bytes);
+      return;
+    }
+    int64_t first_row = 0;  // of this weight in the concatenation
+    for (int i = 0; i < piece.weight; ++i)
+      first_row += static_cast<int64_t>(tensor_for(job, op.weights[static_cast<size_t>(i)])->n_elements) / mm.k;
+    const gguf::TensorInfo* t = tensor_for(job, op.weights[static_cast<size_t>(piece.weight)]);
+    pack_q8_0(model.isa, blocks(t) + piece.row0 * row_blocks, piece.rows, mm.k, out,
+              (first_row + piece.row0) / group_rows);
+    release(t, piece.row0 * row_bytes, piece.rows * row_bytes);
+  });
+  b.pack_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return b;
+}
+
+}  // namespace lumen::runtime

@@ -1,0 +1,690 @@
+// The executor: runs a bound program over batches of tokens. It owns the
+// activation arena (laid out by the program's symbolic offsets, resolved and
+// checked once per batch size into a Plan), the KV cache, the thread pool and
+// the per-thread scratch. Every op is one parallel_for over tasks that always
+// cover the same rows the same way, so results do not depend on the thread count.
+#include "lumen/runtime/session.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lumen/numeric.h"
+#include "lumen/runtime/binding.h"
+#include "lumen/runtime/ops.h"
+#include "lumen/runtime/thread_pool.h"
+
+namespace lumen::runtime {
+namespace {
+
+using program::DType;
+using program::Epilogue;
+using program::Op;
+using program::OpKind;
+
+constexpr int64_t kMaxHeadDim = 1024;  // ops.cpp keeps a query head on the stack
+
+// Zero-filled, page-aligned memory straight from mmap (KV cache, arena).
+class PageBuffer {
+ public:
+  PageBuffer() = default;
+  explicit PageBuffer(size_t bytes) : size_(bytes) {
+    if (bytes == 0) return;
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw LoadError("out of memory allocating " + std::to_string(bytes) + " bytes");
+    data_ = static_cast<uint8_t*>(p);
+  }
+  ~PageBuffer() {
+    if (data_ != nullptr) munmap(data_, size_);
+  }
+  PageBuffer(PageBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  PageBuffer& operator=(PageBuffer&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(size_, o.size_);
+    return *this;
+  }
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Bytes of one row of `cols` elements.
+int64_t row_bytes(DType d, int64_t cols) {
+  switch (d) {
+    case DType::F32:
+    case DType::I32: return 4 * cols;
+    case DType::F16: return 2 * cols;
+    case DType::Q8_0: return cols / kQ8Block * static_cast<int64_t>(sizeof(BlockQ8_0));
+    case DType::ActQ8: return cols / kQ8Block * static_cast<int64_t>(sizeof(ActBlock));
+  }
+  return 0;
+}
+
+// A view resolved for one batch size: where its rows are in the arena.
+struct RView {
+  uint8_t* base = nullptr;  // row 0 at the view's first column
+  int64_t stride = 0;       // bytes between rows
+  int64_t rows = 0;
+  int64_t cols = 0;
+  DType dtype = DType::F32;
+  int buffer = -1;
+
+  float* f32(int64_t row) const { return reinterpret_cast<float*>(base + row * stride); }
+  int32_t* i32(int64_t row) const { return reinterpret_cast<int32_t*>(base + row * stride); }
+  ActBlock* act(int64_t row) const { return reinterpret_cast<ActBlock*>(base + row * stride); }
+  bool same_place(const RView& o) const { return base == o.base && stride == o.stride; }
+};
+
+// An op resolved for one batch size.
+struct ROp {
+  const Op* op = nullptr;
+  std::vector<RView> in;
+  RView out, residual;
+  int64_t n_heads = 0, n_heads_kv = 0, head_dim = 0;
+  float eps = 0, rope_base = 0;
+  MatMulFn kernel = nullptr;
+  int64_t rows_per_task = 0, tokens_per_task = 0;
+  std::string profile_key;
+};
+
+struct Plan {
+  int64_t n = 0;
+  std::vector<ROp> sections[3];  // pre, layer, post
+  RView tokens, logits;
+};
+
+struct ThreadScratch {
+  std::vector<float> scores;   // attention: one per cached position
+  std::vector<float> row;      // a normalized row before quantization
+  std::vector<float> cos_sin;  // rope angles of one position
+};
+
+struct Profile {
+  int64_t calls = 0;
+  double seconds = 0;
+  double bytes = 0;  // weight bytes streamed (matmuls)
+  double ops = 0;    // multiply-adds x 2 (matmuls)
+};
+
+const char* kSectionNames[] = {"pre", "layer", "post"};
+
+}  // namespace
+
+struct Session::Impl {
+  std::shared_ptr<const CompiledModel> model;
+  std::optional<gguf::File> file;
+  BoundModel bound;
+  SessionOptions options;
+  std::unique_ptr<ThreadPool> pool;
+  int n_threads = 1;
+  int64_t n_ctx = 0, n_batch = 0, n_vocab = 0, position = 0;
+  int64_t max_token_id = INT64_MAX;  // exclusive bound from the embedding tables
+  int64_t kv_elem = 2;
+  PageBuffer kv, arena;
+  std::map<int64_t, Plan> plans;
+  std::vector<ThreadScratch> scratch;
+  std::vector<float> logits, all_logits;
+  LoadStats stats;
+  std::map<std::string, Profile> profile;
+
+  const program::Program& program() const { return model->program; }
+
+  const gguf::TensorInfo* tensor(int weight, int64_t layer) const {
+    const auto& per_layer = bound.tensors[static_cast<size_t>(weight)];
+    return per_layer.size() == 1 ? per_layer[0] : per_layer[static_cast<size_t>(layer)];
+  }
+  uint8_t* k_cache(int64_t layer) const {
+    return kv.data() + static_cast<size_t>(layer * 2 * n_ctx * bound.kv_dim * kv_elem);
+  }
+  uint8_t* v_cache(int64_t layer) const { return k_cache(layer) + static_cast<size_t>(n_ctx * bound.kv_dim * kv_elem); }
+
+  const Plan& plan_for(int64_t n);
+  void check_op(const ROp& r, size_t section, size_t index, int64_t n) const;
+  void run_op(const ROp& r, size_t section, size_t index, int64_t layer, int64_t take_row);
+  void run_matmul(const ROp& r, const PackedMatMul& mm, int64_t n);
+  void run_attention(const ROp& r, int64_t layer, int64_t n);
+};
+
+// ------------------------------------------------------------------ planning
+
+const Plan& Session::Impl::plan_for(int64_t n) {
+  auto found = plans.find(n);
+  if (found != plans.end()) return found->second;
+  const program::Program& p = program();
+  auto eval = [&](const program::Expr& e, const std::string& what) {
+    try {
+      return e.eval(bound.hparams, n);
+    } catch (const program::EvalError& err) {
+      throw LoadError("program: cannot evaluate " + what + " for N=" + std::to_string(n) + ": " + err.what());
+    }
+  };
+  int64_t arena_bytes = eval(p.arena_bytes, "the arena size");
+  if (arena_bytes < 0) throw LoadError("program: negative arena size");
+  if (static_cast<uint64_t>(arena_bytes) > arena.size()) {
+    arena = PageBuffer(static_cast<size_t>(arena_bytes));
+    plans.clear();  // every cached plan points into the old arena
+    stats.arena_bytes = static_cast<uint64_t>(arena_bytes);
+  }
+
+  struct Layout {
+    int64_t rows, cols, offset;
+  };
+  std::vector<Layout> layout;
+  for (const program::Buffer& b : p.buffers) {
+    Layout l{eval(b.rows, "the rows of '" + b.name + "'"), eval(b.cols, "the cols of '" + b.name + "'"),
+             eval(b.offset, "the offset of '" + b.name + "'")};
+    int64_t bytes = 0;
+    bool bad_quant = b.dtype == DType::ActQ8 && l.cols % kQ8Block != 0;
+    if (l.rows < 1 || l.cols < 1 || l.offset < 0 || l.offset % 64 != 0 || bad_quant ||
+        __builtin_mul_overflow(l.rows, row_bytes(b.dtype, l.cols), &bytes) || bytes > arena_bytes - l.offset)
+      throw LoadError("program: buffer '" + b.name + "' (rows " + std::to_string(l.rows) + ", cols " +
+                      std::to_string(l.cols) + ", offset " + std::to_string(l.offset) + ") is misplaced for N=" +
+                      std::to_string(n) + " in an arena of " + std::to_string(arena_bytes) + " bytes");
+    layout.push_back(l);
+  }
+  auto resolve = [&](const program::View& v, const char* what) {
+    if (v.buffer < 0 || v.buffer >= static_cast<int>(p.buffers.size()))
+      throw LoadError(std::string("program: ") + what + " refers to no buffer");
+    const program::Buffer& b = p.buffers[static_cast<size_t>(v.buffer)];
+    const Layout& l = layout[static_cast<size_t>(v.buffer)];
+    int64_t off = eval(v.col_offset, std::string("a view of '") + b.name + "'");
+    int64_t cols = eval(v.cols, std::string("a view of '") + b.name + "'");
+    bool bad_quant = b.dtype == DType::ActQ8 && (off % kQ8Block != 0 || cols % kQ8Block != 0);
+    if (off < 0 || cols < 1 || cols > l.cols - off || bad_quant)
+      throw LoadError("program: view [" + std::to_string(off) + ", +" + std::to_string(cols) + ") of buffer '" +
+                      b.name + "' is out of bounds");
+    RView r;
+    r.base = arena.data() + l.offset + row_bytes(b.dtype, off);
+    r.stride = row_bytes(b.dtype, l.cols);
+    r.rows = l.rows;
+    r.cols = cols;
+    r.dtype = b.dtype;
+    r.buffer = v.buffer;
+    return r;
+  };
+
+  Plan plan;
+  plan.n = n;
+  auto whole = [&](int buffer, const char* what) {
+    if (buffer < 0 || buffer >= static_cast<int>(p.buffers.size()))
+      throw LoadError(std::string("program: no ") + what + " buffer");
+    program::View v{buffer, program::Expr::constant(0), p.buffers[static_cast<size_t>(buffer)].cols};
+    return resolve(v, what);
+  };
+  plan.tokens = whole(p.tokens_buffer, "tokens");
+  plan.logits = whole(p.logits_buffer, "logits");
+  if (plan.tokens.dtype != DType::I32 || plan.tokens.rows != n)
+    throw LoadError("program: the tokens buffer must be I32 with N rows");
+  if (plan.logits.dtype != DType::F32) throw LoadError("program: the logits buffer must be F32");
+
+  const std::vector<Op>* sections[] = {&p.pre, &p.layer, &p.post};
+  for (size_t s = 0; s < 3; ++s) {
+    for (size_t i = 0; i < sections[s]->size(); ++i) {
+      const Op& op = (*sections[s])[i];
+      ROp r;
+      r.op = &op;
+      for (const program::View& v : op.inputs) r.in.push_back(resolve(v, "an op input"));
+      if (op.output.buffer >= 0) r.out = resolve(op.output, "an op output");
+      if (op.residual.buffer >= 0) r.residual = resolve(op.residual, "a residual");
+      auto hparam_value = [&](int index, const char* what) {
+        if (index < 0 || index >= static_cast<int>(bound.hparams.size()))
+          throw LoadError(std::string("program: ") + program::to_string(op.kind) + " has no " + what + " hparam");
+        return static_cast<float>(bound.hparams[static_cast<size_t>(index)]);
+      };
+      if (op.kind == OpKind::RmsNorm || op.kind == OpKind::RmsNormQuant) r.eps = hparam_value(op.eps_hparam, "eps");
+      if (op.kind == OpKind::Rope) r.rope_base = hparam_value(op.rope_base_hparam, "rope base");
+      if (op.kind == OpKind::Rope || op.kind == OpKind::Attention) {
+        r.n_heads = eval(op.n_heads, "n_heads");
+        r.head_dim = eval(op.head_dim, "head_dim");
+      }
+      if (op.kind == OpKind::Attention) r.n_heads_kv = eval(op.n_heads_kv, "n_heads_kv");
+      r.profile_key = program::to_string(op.kind);
+      if (op.kind == OpKind::MatMul) {
+        // The rows this matmul sees decide the kernel: after TakeLast it is one.
+        const bool single_row = r.in.size() == 1 && r.in[0].rows == 1;
+        const std::string& name = single_row ? op.schedule.decode_kernel : op.schedule.prefill_kernel;
+        auto k = model->kernels.find(name);
+        if (k == model->kernels.end())
+          throw LoadError("the model has no matmul kernel '" + name + "' (" + kSectionNames[s] + " op " +
+                          std::to_string(i) + ")");
+        r.kernel = k->second;
+        r.profile_key = "MatMul " + name;
+        const int64_t group = pack_row_group(model->isa);
+        r.rows_per_task = std::max<int64_t>(group, (op.schedule.rows_per_task + group - 1) / group * group);
+        r.tokens_per_task = std::max<int64_t>(1, op.schedule.tokens_per_task);
+      }
+      check_op(r, s, i, n);
+      plan.sections[s].push_back(std::move(r));
+    }
+  }
+  if (plans.size() >= 16) plans.clear();  // prompts of many lengths (chat): keep the cache small
+  return plans.emplace(n, std::move(plan)).first->second;
+}
+
+// Shapes and dtypes of one resolved op, so that running it cannot go out of bounds.
+void Session::Impl::check_op(const ROp& r, size_t section, size_t index, int64_t n) const {
+  const Op& op = *r.op;
+  auto need = [&](bool ok, const std::string& what) {
+    if (!ok)
+      throw LoadError(std::string("program: ") + kSectionNames[section] + " op " + std::to_string(index) + " (" +
+                      program::to_string(op.kind) + "): " + what);
+  };
+  auto f32 = [](const RView& v) { return v.buffer >= 0 && v.dtype == DType::F32; };
+  auto weight_rows_ok = [&](int w, DType want, int64_t cols) {
+    int64_t layers = section == 1 ? bound.n_layers : 1;
+    for (int64_t l = 0; l < layers; ++l) {
+      const gguf::TensorInfo* t = tensor(w, l);
+      if (t == nullptr) return false;
+      bool type_ok = want == DType::F32 ? t->type == gguf::TensorType::F32 : true;
+      if (!type_ok || t->ne.empty() || t->ne[0] != cols) return false;
+    }
+    return true;
+  };
+  const size_t n_in = r.in.size();
+  switch (op.kind) {
+    case OpKind::Embed: {
+      need(n_in == 1 && r.in[0].dtype == DType::I32 && r.in[0].cols == 1, "input must be I32 token ids");
+      need(f32(r.out) && r.out.rows == r.in[0].rows, "output must be F32 with a row per token");
+      need(op.weights.size() == 1 && weight_rows_ok(op.weights[0], DType::Q8_0, r.out.cols),
+           "the table's rows must match the output width");
+      int64_t layers = section == 1 ? bound.n_layers : 1;
+      for (int64_t l = 0; l < layers; ++l) {
+        gguf::TensorType t = tensor(op.weights[0], l)->type;
+        need(t == gguf::TensorType::Q8_0 || t == gguf::TensorType::F32 || t == gguf::TensorType::F16,
+             "the table must be Q8_0, F16 or F32");
+      }
+      break;
+    }
+    case OpKind::RmsNorm:
+    case OpKind::RmsNormQuant: {
+      DType want = op.kind == OpKind::RmsNorm ? DType::F32 : DType::ActQ8;
+      need(n_in == 1 && f32(r.in[0]), "input must be F32");
+      need(r.out.buffer >= 0 && r.out.dtype == want && r.out.cols == r.in[0].cols && r.out.rows == r.in[0].rows,
+           std::string("output must be ") + program::to_string(want) + " of the input's shape");
+      need(op.weights.size() == 1 && weight_rows_ok(op.weights[0], DType::F32, r.in[0].cols),
+           "the weight must be F32 of the row width");
+      break;
+    }
+    case OpKind::Quantize:
+      need(n_in == 1 && f32(r.in[0]), "input must be F32");
+      need(r.out.buffer >= 0 && r.out.dtype == DType::ActQ8 && r.out.cols == r.in[0].cols &&
+               r.out.rows == r.in[0].rows,
+           "output must be ActQ8 of the input's shape");
+      break;
+    case OpKind::MatMul: {
+      need(n_in == 1 && r.in[0].dtype == DType::ActQ8, "input must be ActQ8");
+      need(f32(r.out) && r.out.rows == r.in[0].rows, "output must be F32 with the input's rows");
+      bool residual = op.epilogue == Epilogue::Residual || op.epilogue == Epilogue::BiasResidual;
+      need(!residual || (f32(r.residual) && r.residual.cols == r.out.cols && r.residual.rows == r.out.rows),
+           "the residual must be F32 of the output's shape");
+      for (const PackedMatMul& mm : bound.matmuls[section][index]) {
+        need(mm.k == r.in[0].cols, "the weights' row length must equal the input width");
+        need(mm.rows == r.out.cols, "the weights' rows must equal the output width");
+      }
+      break;
+    }
+    case OpKind::Rope:
+      need(n_in == 1 && f32(r.in[0]), "input must be F32");
+      need(r.in[0].rows == n, "rope needs one row per token (positions come from rows)");
+      need(r.head_dim >= 2 && r.head_dim % 2 == 0 && r.head_dim <= kMaxHeadDim && r.n_heads >= 1 &&
+               r.n_heads * r.head_dim == r.in[0].cols,
+           "heads x head_dim must equal the view width, with an even head_dim");
+      need(r.out.buffer < 0 || (f32(r.out) && r.out.cols == r.in[0].cols && r.out.rows == r.in[0].rows),
+           "output must match the input");
+      break;
+    case OpKind::Attention:
+      need(section == 1, "attention must be in the layer loop (its KV cache is per layer)");
+      need(n_in == 3 && f32(r.in[0]) && f32(r.in[1]) && f32(r.in[2]), "inputs must be F32 Q, K, V");
+      need(r.head_dim >= 1 && r.head_dim <= kMaxHeadDim && r.n_heads >= 1 && r.n_heads_kv >= 1 &&
+               r.n_heads % r.n_heads_kv == 0,
+           "heads must be a multiple of kv heads");
+      need(r.in[0].cols == r.n_heads * r.head_dim, "Q width must be heads x head_dim");
+      need(r.in[1].cols == r.n_heads_kv * r.head_dim && r.in[2].cols == r.in[1].cols && r.in[1].cols == bound.kv_dim,
+           "K and V widths must be kv heads x head_dim = the program's kv_dim");
+      need(r.in[0].rows == n && r.in[1].rows == n && r.in[2].rows == n, "Q, K and V need one row per token");
+      need(f32(r.out) && r.out.cols == r.in[0].cols && r.out.rows == r.in[0].rows, "output must match Q");
+      break;
+    case OpKind::Add:
+    case OpKind::SiluMul:
+      need(n_in == 2 && f32(r.in[0]) && f32(r.in[1]) && r.in[0].cols == r.in[1].cols && r.in[0].rows == r.in[1].rows,
+           "two F32 inputs of one shape");
+      need(f32(r.out) && r.out.cols == r.in[0].cols && r.out.rows == r.in[0].rows, "output must match the inputs");
+      break;
+    case OpKind::Mul:
+      need((n_in == 2 && op.weights.empty() && f32(r.in[0]) && f32(r.in[1]) && r.in[1].cols == r.in[0].cols &&
+            r.in[1].rows == r.in[0].rows) ||
+               (n_in == 1 && op.weights.size() == 1 && f32(r.in[0]) &&
+                weight_rows_ok(op.weights[0], DType::F32, r.in[0].cols)),
+           "two F32 inputs of one shape, or one and an F32 weight row");
+      need(f32(r.out) && r.out.cols == r.in[0].cols && r.out.rows == r.in[0].rows, "output must match the input");
+      break;
+    case OpKind::Silu:
+      need(n_in == 1 && f32(r.in[0]), "input must be F32");
+      need(f32(r.out) && r.out.cols == r.in[0].cols && r.out.rows == r.in[0].rows, "output must match the input");
+      break;
+    case OpKind::TakeLast:
+      need(n_in == 1 && f32(r.in[0]) && r.in[0].rows == n, "input must be F32 with one row per token");
+      need(f32(r.out) && r.out.cols == r.in[0].cols, "output must be F32 of the input's width");
+      break;
+  }
+}
+
+// ----------------------------------------------------------------- execution
+
+void Session::Impl::run_matmul(const ROp& r, const PackedMatMul& mm, int64_t n) {
+  const int64_t row_tasks = (mm.rows + r.rows_per_task - 1) / r.rows_per_task;
+  const int64_t token_block = n == 1 ? 1 : r.tokens_per_task;
+  const int64_t token_tasks = (n + token_block - 1) / token_block;
+  const int64_t group = pack_row_group(model->isa);
+  const bool residual = r.op->epilogue == Epilogue::Residual || r.op->epilogue == Epilogue::BiasResidual;
+  const RView& x = r.in[0];
+  const RView& y = r.out;
+  pool->parallel_for(row_tasks * token_tasks, [&](int64_t task, int) {
+    const int64_t row0 = (task % row_tasks) * r.rows_per_task;
+    const int64_t tok0 = (task / row_tasks) * token_block;
+    MatMulArgs args{};
+    args.w = mm.w + row0 / group * mm.group_bytes;
+    args.x = x.act(tok0);
+    args.y = y.f32(tok0) + row0;
+    args.bias = mm.bias != nullptr ? mm.bias + row0 : nullptr;
+    args.residual = residual ? r.residual.f32(tok0) + row0 : nullptr;
+    args.x_stride = x.stride / static_cast<int64_t>(sizeof(ActBlock));
+    args.y_stride = y.stride / static_cast<int64_t>(sizeof(float));
+    args.r_stride = residual ? r.residual.stride / static_cast<int64_t>(sizeof(float)) : 0;
+    args.k_blocks = mm.k / kQ8Block;
+    args.m_rows = std::min(r.rows_per_task, mm.rows - row0);
+    args.n_tokens = std::min(token_block, n - tok0);
+    r.kernel(&args);
+  });
+  if (options.profile) {
+    Profile& prof = profile[r.profile_key];
+    prof.bytes += static_cast<double>(mm.rows * (r.op->epilogue == Epilogue::SiluMul ? 2 : 1)) *
+                  static_cast<double>(row_bytes(DType::Q8_0, mm.k));
+    prof.ops += 2.0 * static_cast<double>(mm.rows * (r.op->epilogue == Epilogue::SiluMul ? 2 : 1)) *
+                static_cast<double>(mm.k) * static_cast<double>(n);
+  }
+}
+
+void Session::Impl::run_attention(const ROp& r, int64_t layer, int64_t n) {
+  const int64_t kv_dim = bound.kv_dim;
+  uint8_t* kc = k_cache(layer);
+  uint8_t* vc = v_cache(layer);
+  const int64_t pos0 = position;
+  const bool f16 = options.kv_type == KvType::F16;
+  // Store this batch's K (already rotated) and V at their positions.
+  pool->parallel_for(n, [&](int64_t t, int) {
+    const int64_t at = (pos0 + t) * kv_dim * kv_elem;
+    if (f16) {
+      ops::to_f16(r.in[1].f32(t), reinterpret_cast<uint16_t*>(kc + at), kv_dim);
+      ops::to_f16(r.in[2].f32(t), reinterpret_cast<uint16_t*>(vc + at), kv_dim);
+    } else {
+      std::memcpy(kc + at, r.in[1].f32(t), static_cast<size_t>(kv_dim) * sizeof(float));
+      std::memcpy(vc + at, r.in[2].f32(t), static_cast<size_t>(kv_dim) * sizeof(float));
+    }
+  });
+  const int64_t group = r.n_heads / r.n_heads_kv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(r.head_dim));
+  pool->parallel_for(n * r.n_heads, [&](int64_t task, int thread) {
+    const int64_t t = task / r.n_heads, h = task % r.n_heads;
+    const int64_t kv_head = h / group;
+    ops::AttentionHead a{};
+    a.q = r.in[0].f32(t) + h * r.head_dim;
+    a.k = kc + kv_head * r.head_dim * kv_elem;
+    a.v = vc + kv_head * r.head_dim * kv_elem;
+    a.row_stride = kv_dim;
+    a.n_keys = pos0 + t + 1;  // causal: this token and everything before it
+    a.head_dim = r.head_dim;
+    a.scale = scale;
+    a.scores = scratch[static_cast<size_t>(thread)].scores.data();
+    a.out = r.out.f32(t) + h * r.head_dim;
+    if (f16)
+      ops::attention_head_f16(a);
+    else
+      ops::attention_head_f32(a);
+  });
+}
+
+void Session::Impl::run_op(const ROp& r, size_t section, size_t index, int64_t layer, int64_t take_row) {
+  const Op& op = *r.op;
+  auto start = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+  const int64_t rows = r.in.empty() ? 0 : r.in[0].rows;
+  switch (op.kind) {
+    case OpKind::Embed: {
+      const gguf::TensorInfo* t = tensor(op.weights[0], layer);
+      const int64_t cols = r.out.cols;
+      const int64_t stride = static_cast<int64_t>(t->n_bytes) / t->ne[1];
+      pool->parallel_for(rows, [&](int64_t i, int) {
+        const uint8_t* src = t->data + *r.in[0].i32(i) * stride;
+        float* dst = r.out.f32(i);
+        if (t->type == gguf::TensorType::Q8_0)
+          dequantize_row_q8_0(reinterpret_cast<const BlockQ8_0*>(src), dst, static_cast<size_t>(cols));
+        else if (t->type == gguf::TensorType::F16)
+          for (int64_t c = 0; c < cols; ++c) dst[c] = f16_to_f32(reinterpret_cast<const uint16_t*>(src)[c]);
+        else
+          std::memcpy(dst, src, static_cast<size_t>(cols) * sizeof(float));
+      });
+      break;
+    }
+    case OpKind::RmsNorm:
+    case OpKind::RmsNormQuant: {
+      const float* w = reinterpret_cast<const float*>(tensor(op.weights[0], layer)->data);
+      const int64_t cols = r.in[0].cols;
+      pool->parallel_for(rows, [&](int64_t i, int thread) {
+        if (op.kind == OpKind::RmsNorm) {
+          ops::rms_norm(r.in[0].f32(i), w, r.out.f32(i), cols, r.eps);
+        } else {
+          float* tmp = scratch[static_cast<size_t>(thread)].row.data();
+          ops::rms_norm(r.in[0].f32(i), w, tmp, cols, r.eps);
+          quantize_act(tmp, r.out.act(i), cols);
+        }
+      });
+      break;
+    }
+    case OpKind::Quantize:
+      pool->parallel_for(rows, [&](int64_t i, int) { quantize_act(r.in[0].f32(i), r.out.act(i), r.in[0].cols); });
+      break;
+    case OpKind::MatMul:
+      run_matmul(r, bound.matmuls[section][index][static_cast<size_t>(section == 1 ? layer : 0)], rows);
+      break;
+    case OpKind::Rope: {
+      const RView& target = r.out.buffer >= 0 ? r.out : r.in[0];
+      pool->parallel_for(rows, [&](int64_t i, int thread) {
+        float* x = target.f32(i);
+        if (!target.same_place(r.in[0]))
+          std::memcpy(x, r.in[0].f32(i), static_cast<size_t>(r.in[0].cols) * sizeof(float));
+        float* cos_sin = scratch[static_cast<size_t>(thread)].cos_sin.data();
+        ops::rope_angles(position + i, r.head_dim, r.rope_base, cos_sin);
+        ops::rope(x, r.n_heads, r.head_dim, cos_sin, op.rope_mode);
+      });
+      break;
+    }
+    case OpKind::Attention: run_attention(r, layer, rows); break;
+    case OpKind::Add:
+    case OpKind::Mul:
+    case OpKind::Silu:
+    case OpKind::SiluMul: {
+      const float* w = op.kind == OpKind::Mul && !op.weights.empty()
+                           ? reinterpret_cast<const float*>(tensor(op.weights[0], layer)->data)
+                           : nullptr;
+      const int64_t cols = r.in[0].cols;
+      pool->parallel_for(rows, [&](int64_t i, int) {
+        const float* a = r.in[0].f32(i);
+        const float* b = r.in.size() > 1 ? r.in[1].f32(i) : w;
+        float* y = r.out.f32(i);
+        for (int64_t c = 0; c < cols; ++c) {
+          switch (op.kind) {
+            case OpKind::Add: y[c] = a[c] + b[c]; break;
+            case OpKind::Mul: y[c] = a[c] * b[c]; break;
+            case OpKind::Silu: y[c] = ops::silu(a[c]); break;
+            default: y[c] = ops::silu(a[c]) * b[c]; break;
+          }
+        }
+      });
+      break;
+    }
+    case OpKind::TakeLast:
+      std::memmove(r.out.f32(0), r.in[0].f32(take_row), static_cast<size_t>(r.in[0].cols) * sizeof(float));
+      break;
+  }
+  if (options.profile) {
+    Profile& prof = profile[r.profile_key];
+    prof.calls += 1;
+    prof.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+}
+
+// -------------------------------------------------------------------- public
+
+Session::Session(std::shared_ptr<const CompiledModel> model, const std::string& gguf_path,
+                 const SessionOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  auto start = std::chrono::steady_clock::now();
+  Impl& s = *impl_;
+  if (!model) throw LoadError("no model");
+  s.model = std::move(model);
+  s.options = options;
+  if (options.n_threads < 0) throw LoadError("the thread count must be >= 1");
+  if (options.n_batch < 1) throw LoadError("the batch size must be >= 1");
+  if (options.n_ctx < 0) throw LoadError("the context size must be >= 1");
+  try {
+    s.file.emplace(gguf::File::open(gguf_path));
+  } catch (const gguf::Error& e) {
+    throw LoadError(e.what());
+  }
+  s.n_threads = options.n_threads == 0 ? physical_cores() : options.n_threads;
+  s.pool = std::make_unique<ThreadPool>(s.n_threads);
+  s.bound = bind_model(*s.model, *s.file, /*release_file_pages=*/true, *s.pool);
+  const program::Program& p = s.program();
+
+  s.n_ctx = options.n_ctx == 0 ? std::min<int64_t>(4096, s.bound.n_ctx_train) : options.n_ctx;
+  if (s.n_ctx < 1 || s.n_ctx > s.bound.n_ctx_train)
+    throw LoadError("context size " + std::to_string(s.n_ctx) + " exceeds the model's training context of " +
+                    std::to_string(s.bound.n_ctx_train));
+  s.n_batch = std::min(options.n_batch, s.n_ctx);
+  if (s.bound.kv_dim < 1 || s.bound.kv_dim > (int64_t{1} << 20))
+    throw LoadError("KV row width " + std::to_string(s.bound.kv_dim) + " out of range");
+  s.kv_elem = options.kv_type == KvType::F16 ? 2 : 4;
+  int64_t kv_bytes = 0;
+  if (__builtin_mul_overflow(s.bound.n_layers * 2 * s.bound.kv_dim * s.kv_elem, s.n_ctx, &kv_bytes))
+    throw LoadError("the KV cache size overflows");
+  s.kv = PageBuffer(static_cast<size_t>(kv_bytes));
+  s.stats.kv_bytes = static_cast<uint64_t>(kv_bytes);
+
+  for (const auto* ops : {&p.pre, &p.layer, &p.post})
+    for (const Op& op : *ops) {
+      if (op.kind != OpKind::Embed || op.weights.size() != 1) continue;
+      const auto& tensors = s.bound.tensors[static_cast<size_t>(op.weights[0])];
+      for (const gguf::TensorInfo* t : tensors)
+        if (t != nullptr && t->ne.size() >= 2) s.max_token_id = std::min(s.max_token_id, t->ne[1]);
+    }
+
+  // Plans for decode and for a full batch: every layout and shape error shows now.
+  s.plan_for(s.n_batch);
+  const Plan& decode = s.plan_for(1);
+  s.n_vocab = decode.logits.cols;
+
+  int64_t max_cols = 1, max_head_dim = 2;
+  for (const auto& section : decode.sections)
+    for (const ROp& r : section) {
+      for (const RView& v : r.in) max_cols = std::max(max_cols, v.cols);
+      max_head_dim = std::max(max_head_dim, r.head_dim);
+    }
+  s.scratch.resize(static_cast<size_t>(s.n_threads));
+  for (ThreadScratch& t : s.scratch) {
+    t.scores.resize(static_cast<size_t>(s.n_ctx));
+    t.row.resize(static_cast<size_t>(max_cols));
+    t.cos_sin.resize(static_cast<size_t>(max_head_dim));
+  }
+  s.logits.resize(static_cast<size_t>(s.n_vocab));
+  s.stats.packed_bytes = s.bound.packed_bytes;
+  s.stats.pack_seconds = s.bound.pack_seconds;
+  s.stats.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+Session::~Session() = default;
+
+std::span<const float> Session::eval(std::span<const int32_t> tokens) {
+  Impl& s = *impl_;
+  const int64_t total = static_cast<int64_t>(tokens.size());
+  if (total == 0) throw EvalError("no tokens to evaluate");
+  if (total > s.n_ctx - s.position)
+    throw EvalError(std::to_string(total) + " tokens at position " + std::to_string(s.position) +
+                    " exceed the context size of " + std::to_string(s.n_ctx) + " (use --ctx)");
+  for (int32_t id : tokens)
+    if (id < 0 || id >= s.max_token_id || id >= s.n_vocab)
+      throw EvalError("token id " + std::to_string(id) + " is out of range [0, " +
+                      std::to_string(std::min(s.max_token_id, s.n_vocab)) + ")");
+  if (s.options.all_logits) s.all_logits.assign(static_cast<size_t>(total * s.n_vocab), 0.0f);
+
+  const program::Program& p = s.program();
+  for (int64_t start = 0; start < total; start += s.n_batch) {
+    const int64_t n = std::min(s.n_batch, total - start);
+    const Plan& plan = s.plan_for(n);
+    for (int64_t i = 0; i < n; ++i) *plan.tokens.i32(i) = tokens[static_cast<size_t>(start + i)];
+    for (size_t i = 0; i < p.pre.size(); ++i) s.run_op(plan.sections[0][i], 0, i, 0, n - 1);
+    for (int64_t layer = 0; layer < s.bound.n_layers; ++layer)
+      for (size_t i = 0; i < p.layer.size(); ++i) s.run_op(plan.sections[1][i], 1, i, layer, n - 1);
+    const bool last_batch = start + n == total;
+    // The post ops turn one row (TakeLast) into logits: once per batch for the
+    // last token, or once per token when every position's logits are kept.
+    const int64_t first_row = s.options.all_logits ? 0 : (last_batch ? n - 1 : n);
+    for (int64_t row = first_row; row < n; ++row) {
+      for (size_t i = 0; i < p.post.size(); ++i) s.run_op(plan.sections[2][i], 2, i, 0, row);
+      const float* out = plan.logits.f32(plan.logits.rows - 1);
+      if (s.options.all_logits)
+        std::copy(out, out + s.n_vocab, s.all_logits.begin() + (start + row) * s.n_vocab);
+      if (last_batch && row == n - 1) std::copy(out, out + s.n_vocab, s.logits.begin());
+    }
+    s.position += n;
+  }
+  return s.logits;
+}
+
+std::span<const float> Session::logits_at(int64_t i) const {
+  const Impl& s = *impl_;
+  if (!s.options.all_logits || i < 0 || (i + 1) * s.n_vocab > static_cast<int64_t>(s.all_logits.size()))
+    throw std::out_of_range("no logits kept for position " + std::to_string(i));
+  return std::span<const float>(s.all_logits.data() + i * s.n_vocab, static_cast<size_t>(s.n_vocab));
+}
+
+int64_t Session::position() const { return impl_->position; }
+void Session::clear() { impl_->position = 0; }
+int64_t Session::n_ctx() const { return impl_->n_ctx; }
+int64_t Session::n_vocab() const { return impl_->n_vocab; }
+int Session::n_threads() const { return impl_->n_threads; }
+const gguf::File& Session::gguf() const { return *impl_->file; }
+const CompiledModel& Session::model() const { return *impl_->model; }
+const LoadStats& Session::load_stats() const { return impl_->stats; }
+
+std::string Session::profile_report() const {
+  const Impl& s = *impl_;
+  if (s.profile.empty()) return "";
+  std::vector<std::pair<std::string, Profile>> rows(s.profile.begin(), s.profile.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  double total = 0;
+  for (const auto& r : rows) total += r.second.seconds;
+  std::string out = "op                               calls     time(ms)     share     GB/s    GOP/s\n";
+  for (const auto& [name, prof] : rows) {
+    char line[200];
+    double gbs = prof.seconds > 0 ? prof.bytes / prof.seconds / 1e9 : 0;
+    double gops = prof.seconds > 0 ? prof.ops / prof.seconds / 1e9 : 0;
+    std::snprintf(line, sizeof line, "%-30s %7lld %12.3f %8.1f%% %8.2f %8.2f\n", name.c_str(),
+                  static_cast<long long>(prof.calls), prof.seconds * 1e3, total > 0 ? 100 * prof.seconds / total : 0,
+                  gbs, gops);
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace lumen::runtime

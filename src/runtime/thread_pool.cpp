@@ -1,0 +1,144 @@
+// The executor's persistent thread pool: one fork/join per parallel op,
+// dynamic task claiming through an atomic counter, spin-then-sleep waiting.
+#include "lumen/runtime/thread_pool.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <string>
+#include <utility>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace lumen::runtime {
+namespace {
+
+// Spinning catches the next op of a forward pass without a futex round trip;
+// the bound keeps idle pools from burning a core between calls.
+constexpr int kSpinIterations = 1 << 14;
+
+inline void cpu_relax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#endif
+}
+
+template <typename T>
+void spin_then_wait(const std::atomic<T>& value, T old) {
+  for (int i = 0; i < kSpinIterations; ++i) {
+    if (value.load(std::memory_order_acquire) != old) return;
+    cpu_relax();
+  }
+  while (value.load(std::memory_order_acquire) == old) value.wait(old, std::memory_order_acquire);
+}
+
+}  // namespace
+
+// job_ layout: generation in the top 24 bits, task count and next task in 20 bits each.
+constexpr int kTaskBits = 20;
+constexpr uint64_t kTaskMask = (uint64_t{1} << kTaskBits) - 1;
+constexpr int64_t kMaxTasksPerJob = static_cast<int64_t>(kTaskMask);
+
+uint64_t job_generation(uint64_t job) { return job >> (2 * kTaskBits); }
+int64_t job_tasks(uint64_t job) { return static_cast<int64_t>((job >> kTaskBits) & kTaskMask); }
+int64_t job_next(uint64_t job) { return static_cast<int64_t>(job & kTaskMask); }
+
+ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
+  workers_.reserve(static_cast<size_t>(n_threads_ - 1));
+  for (int t = 1; t < n_threads_; ++t) workers_.emplace_back([this, t] { worker_loop(t); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true, std::memory_order_release);
+  // A new generation with no tasks wakes every worker, which then sees stop_.
+  uint64_t job = job_.load(std::memory_order_relaxed);
+  job_.store((job_generation(job) + 1) << (2 * kTaskBits), std::memory_order_release);
+  job_.notify_all();
+  for (std::thread& w : workers_) w.join();
+}
+
+void ThreadPool::work(int thread) {
+  uint64_t job = job_.load(std::memory_order_acquire);
+  while (job_next(job) < job_tasks(job)) {
+    // Read the job's function before claiming: a successful claim proves the
+    // job was still open, so these are its values (see thread_pool.h).
+    TaskFn fn = fn_.load(std::memory_order_relaxed);
+    void* ctx = ctx_.load(std::memory_order_relaxed);
+    if (job_.compare_exchange_weak(job, job + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+      fn(ctx, job_next(job), thread);
+      if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == job_tasks(job)) done_.notify_one();
+      job = job_.load(std::memory_order_acquire);
+    }
+  }
+}
+
+void ThreadPool::run(int64_t n_tasks, void* ctx, TaskFn fn) {
+  if (n_tasks <= 0) return;
+  if (n_threads_ == 1 || n_tasks == 1) {
+    for (int64_t t = 0; t < n_tasks; ++t) fn(ctx, t, 0);
+    return;
+  }
+  // Jobs hold at most kMaxTasksPerJob tasks: split larger loops.
+  for (int64_t first = 0; first < n_tasks; first += kMaxTasksPerJob) {
+    const int64_t count = std::min(kMaxTasksPerJob, n_tasks - first);
+    struct Offset {
+      void* ctx;
+      TaskFn fn;
+      int64_t first;
+    } offset{ctx, fn, first};
+    TaskFn shifted = [](void* c, int64_t task, int thread) {
+      auto* o = static_cast<Offset*>(c);
+      o->fn(o->ctx, o->first + task, thread);
+    };
+    ctx_.store(&offset, std::memory_order_relaxed);
+    fn_.store(shifted, std::memory_order_relaxed);
+    done_.store(0, std::memory_order_relaxed);
+    const uint64_t generation = job_generation(job_.load(std::memory_order_relaxed)) + 1;
+    job_.store((generation << (2 * kTaskBits)) | (static_cast<uint64_t>(count) << kTaskBits),
+               std::memory_order_release);
+    job_.notify_all();
+    work(0);
+    int64_t done = done_.load(std::memory_order_acquire);
+    while (done != count) {
+      spin_then_wait(done_, done);
+      done = done_.load(std::memory_order_acquire);
+    }
+  }
+}
+
+void ThreadPool::worker_loop(int thread) {
+  while (true) {
+    const uint64_t job = job_.load(std::memory_order_acquire);
+    if (stop_.load(std::memory_order_acquire)) return;
+    if (job_next(job) < job_tasks(job)) {
+      work(thread);
+      continue;
+    }
+    // Nothing to claim: sleep until the job word changes (a new job, or stop).
+    spin_then_wait(job_, job);
+  }
+}
+
+int physical_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int logical = static_cast<int>(std::thread::hardware_concurrency());
+  if (sched_getaffinity(0, sizeof set, &set) == 0) logical = CPU_COUNT(&set);
+  std::set<std::pair<std::string, std::string>> cores;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &set)) continue;
+    std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
+    std::ifstream core(dir + "core_id"), package(dir + "physical_package_id");
+    std::string core_id, package_id;
+    if (!(core >> core_id) || !(package >> package_id)) return logical > 0 ? logical : 1;
+    cores.emplace(package_id, core_id);
+  }
+  if (cores.empty()) return logical > 0 ? logical : 1;
+  return static_cast<int>(cores.size());
+}
+
+}  // namespace lumen::runtime

@@ -1,0 +1,54 @@
+// Disassembly spot check: the AVX-512 VNNI kernels really use zmm registers
+// and vpdpbusd, the AVX-512 ones zmm without VNNI, the AVX2 ones neither.
+// Uses binutils' objdump; skipped when it is not installed.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "lumen/codegen.h"
+
+namespace lumen::codegen {
+namespace {
+
+std::string disassemble(const std::vector<uint8_t>& code) {
+  char path[] = "/tmp/lumen_kernel_XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) return "";
+  close(fd);
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(code.data()), std::streamsize(code.size()));
+  const std::string cmd = std::string("objdump -D -b binary -m i386:x86-64 ") + path + " 2>/dev/null";
+  std::string text;
+  if (FILE* pipe = popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, pipe)) > 0) text.append(buf, got);
+    pclose(pipe);
+  }
+  std::remove(path);
+  return text;
+}
+
+TEST(Disassembly, KernelsUseTheirIsa) {
+  const std::string probe = disassemble({0xC3});
+  if (probe.find("ret") == std::string::npos) GTEST_SKIP() << "objdump not available";
+  for (const char* name : {"gemv.none", "gemm.silu_mul.m32n4"}) {
+    const std::string vnni = disassemble(generate_matmul_kernel(Isa::Avx512Vnni, name));
+    EXPECT_NE(vnni.find("vpdpbusd"), std::string::npos) << name;
+    EXPECT_NE(vnni.find("zmm"), std::string::npos) << name;
+    const std::string avx512 = disassemble(generate_matmul_kernel(Isa::Avx512, name));
+    EXPECT_EQ(avx512.find("vpdpbusd"), std::string::npos) << name;
+    EXPECT_NE(avx512.find("vpmaddubsw"), std::string::npos) << name;
+    EXPECT_NE(avx512.find("zmm"), std::string::npos) << name;
+    const std::string avx2 = disassemble(generate_matmul_kernel(Isa::Avx2, name));
+    EXPECT_EQ(avx2.find("zmm"), std::string::npos) << name;
+    EXPECT_EQ(avx2.find("vpdpbusd"), std::string::npos) << name;
+    EXPECT_EQ(avx2.find("{k"), std::string::npos) << name;  // no EVEX masking
+    EXPECT_NE(avx2.find("vpsignb"), std::string::npos) << name;
+  }
+}
+
+}  // namespace
+}  // namespace lumen::codegen

@@ -1,0 +1,479 @@
+// The whole pipeline on dsl/*.dsl: lowering, every pass with the verifier
+// and a text round trip after each, the fused structure of a qwen2 layer,
+// the memory plan (no two live buffers overlap), and the Program compared
+// with the hand-written tests/data/qwen2.program.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "lumen/dsl/frontend.h"
+#include "lumen/ir/lower_ast.h"
+#include "lumen/ir/text.h"
+#include "lumen/ir/verifier.h"
+#include "lumen/passes.h"
+
+namespace {
+
+using lumen::ir::Module;
+using lumen::ir::OpKind;
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string source_path(const std::string& rel) { return std::string(LUMEN_SOURCE_DIR) + "/" + rel; }
+
+// dsl/<name>.dsl lowered to the IR (before any pass).
+Module lower_dsl(const std::string& rel_path, const std::string& replace_from = "", const std::string& replace_to = "",
+                 std::string* diagnostics = nullptr) {
+  std::string text = read_file(source_path(rel_path));
+  if (!replace_from.empty()) {
+    size_t at = text.find(replace_from);
+    EXPECT_NE(at, std::string::npos);
+    if (at != std::string::npos) text.replace(at, replace_from.size(), replace_to);
+  }
+  lumen::DiagnosticEngine diags;
+  auto ast = lumen::dsl::parse_and_check(rel_path, text, diags);
+  EXPECT_NE(ast, nullptr) << diags.format();
+  if (!ast) return {};
+  auto m = lumen::ir::lower_ast(*ast, diags);
+  if (diagnostics) *diagnostics = diags.format();
+  if (!m) return {};
+  return std::move(*m);
+}
+
+// Qwen2.5-0.5B hyperparameters, for evaluating symbolic sizes.
+const std::map<std::string, double> kQwen05b = {
+    {"n_vocab", 151936}, {"n_ctx", 32768}, {"n_embd", 896},     {"n_layer", 24},  {"n_ff", 4864},
+    {"n_head", 14},      {"n_head_kv", 2}, {"rope_base", 1e6}, {"rms_eps", 1e-6}};
+
+Module compiled(const std::string& dsl) {
+  Module m = lower_dsl(dsl);
+  EXPECT_EQ(lumen::ir::verify(m, /*require_types=*/false), std::vector<std::string>{});
+  lumen::passes::run_pipeline(m, [](const lumen::passes::PassInfo& pass, const Module& current) {
+    EXPECT_EQ(lumen::ir::verify(current), std::vector<std::string>{}) << "after " << pass.name;
+    std::string text = lumen::ir::print_module(current);
+    EXPECT_EQ(lumen::ir::print_module(lumen::ir::parse_module(text)), text) << "after " << pass.name;
+  });
+  return m;
+}
+
+TEST(Pipeline, ListsPassesInOrder) {
+  auto passes = lumen::passes::pipeline();
+  ASSERT_EQ(passes.size(), 8u);
+  EXPECT_STREQ(passes.front().name, "infer_shapes");
+  EXPECT_STREQ(passes.back().name, "plan_memory");
+  EXPECT_EQ(lumen::passes::find_pass("nope"), nullptr);
+}
+
+TEST(Pipeline, LlamaCompilesAndVerifiesAfterEveryPass) {
+  Module m = compiled("dsl/llama.dsl");
+  ASSERT_TRUE(m.forward.loop.has_value());
+  // No biases: Q, K and V still fuse, with no epilogue.
+  const auto& qkv = m.forward.loop->body.at(1);
+  EXPECT_EQ(qkv.kind, OpKind::MatMul);
+  EXPECT_EQ(qkv.weights.size(), 3u);
+  EXPECT_EQ(qkv.epilogue, lumen::ir::Epilogue::None);
+  const auto* rope = m.forward.loop->body.at(5).attr("mode");
+  ASSERT_NE(rope, nullptr);
+  EXPECT_EQ(rope->text, "normal");
+  lumen::program::Program p = lumen::passes::lower_to_program(m);
+  EXPECT_EQ(p.arch, "llama");
+  EXPECT_EQ(p.layer.size(), 11u);
+}
+
+// "Done when": each qwen2 layer after fusion holds exactly these ops.
+TEST(Pipeline, Qwen2LayerIsFullyFused) {
+  Module m = compiled("dsl/qwen2.dsl");
+  ASSERT_TRUE(m.forward.loop.has_value());
+  std::vector<std::string> ops;
+  for (const auto& op : m.forward.loop->body) {
+    if (op.kind == OpKind::View) continue;  // column ranges, not work
+    std::string s = lumen::ir::to_string(op.kind);
+    if (op.kind == OpKind::MatMul) {
+      s += "(";
+      for (const auto& w : op.weights) s += w.name + (&w == &op.weights.back() ? "" : ",");
+      s += std::string(")/") + lumen::ir::to_string(op.epilogue);
+    }
+    ops.push_back(s);
+  }
+  std::vector<std::string> expected = {"rms_norm_quant", "matmul(wq,wk,wv)/bias",       "rope",
+                                       "rope",           "attention",                    "quantize",
+                                       "matmul(wo)/residual", "rms_norm_quant", "matmul(wgate,wup)/silu_mul",
+                                       "quantize",       "matmul(wdown)/residual"};
+  EXPECT_EQ(ops, expected);
+  std::vector<std::string> post;
+  for (const auto& op : m.forward.post) post.push_back(lumen::ir::to_string(op.kind));
+  EXPECT_EQ(post, (std::vector<std::string>{"last", "rms_norm_quant", "matmul"}));
+}
+
+// ------------------------------------------------------------ memory plan
+struct Interval {
+  int begin = 0, end = 0;
+};
+
+// Liveness per buffer, computed independently of plan_memory: positions in
+// program order; values from before the loop read inside it stay live to
+// the loop's end; the returned value is read at the very end.
+std::vector<Interval> buffer_liveness(const Module& m) {
+  const auto& f = m.forward;
+  const int loop_begin = 1 + static_cast<int>(f.pre.size());
+  const int loop_end = f.loop ? loop_begin + 1 + static_cast<int>(f.loop->body.size()) : -1;
+  std::map<int, int> def, last;
+  auto use = [&](int v, int at) {
+    if (f.loop && def.at(v) < loop_begin && at > loop_begin && at <= loop_end) at = loop_end;
+    last[v] = std::max(last.count(v) ? last[v] : def.at(v), at);
+  };
+  int pos = 0;
+  def[f.tokens] = pos++;
+  auto visit = [&](const lumen::ir::Op& op) {
+    for (int v : lumen::ir::op_inputs(op)) use(v, pos);
+    def[op.result] = pos++;
+  };
+  for (const auto& op : f.pre) visit(op);
+  if (f.loop) {
+    for (const auto& c : f.loop->carried) {
+      use(c.init, pos);
+      def[c.arg] = pos;
+    }
+    ++pos;
+    for (const auto& op : f.loop->body) visit(op);
+    for (const auto& c : f.loop->carried) {
+      use(c.yield, pos);
+      def[c.result] = pos;
+    }
+    ++pos;
+  }
+  for (const auto& op : f.post) visit(op);
+  use(f.result, pos);
+  std::vector<Interval> out;
+  for (const auto& b : m.memory->buffers) {
+    Interval live{INT32_MAX, 0};
+    for (int v : b.values) {
+      live.begin = std::min(live.begin, def.at(v));
+      live.end = std::max(live.end, last.count(v) ? last[v] : def.at(v));
+    }
+    out.push_back(live);
+  }
+  return out;
+}
+
+int64_t eval(const lumen::ir::Dim& d, const std::map<std::string, double>& params, int64_t n) {
+  auto v = d.eval([&](const std::string& name) -> std::optional<int64_t> {
+    auto it = params.find(name);
+    if (it != params.end()) return static_cast<int64_t>(it->second);
+    if (name == "head_dim") return static_cast<int64_t>(params.at("n_embd") / params.at("n_head"));
+    if (name == "n_embd_kv")
+      return static_cast<int64_t>(params.at("n_head_kv") * (params.at("n_embd") / params.at("n_head")));
+    return std::nullopt;
+  }, n);
+  EXPECT_TRUE(v.has_value()) << d.str();
+  return v.value_or(0);
+}
+
+TEST(Pipeline, ArenaPlanNeverOverlapsLiveBuffers) {
+  Module m = compiled("dsl/qwen2.dsl");
+  ASSERT_TRUE(m.memory.has_value());
+  auto live = buffer_liveness(m);
+  const auto& buffers = m.memory->buffers;
+  for (int64_t n : {1, 7, 512}) {
+    int64_t arena = *lumen::passes::arena_bytes(m, kQwen05b, n);
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      int64_t off_i = eval(buffers[i].offset, kQwen05b, n), size_i = eval(buffers[i].bytes, kQwen05b, n);
+      EXPECT_EQ(off_i % 64, 0) << "buffer " << i << " at N=" << n;
+      EXPECT_LE(off_i + size_i, arena) << "buffer " << i << " at N=" << n;
+      EXPECT_GE(size_i, 0);
+      for (size_t j = i + 1; j < buffers.size(); ++j) {
+        bool live_together = live[i].begin <= live[j].end && live[j].begin <= live[i].end;
+        if (!live_together) continue;
+        int64_t off_j = eval(buffers[j].offset, kQwen05b, n), size_j = eval(buffers[j].bytes, kQwen05b, n);
+        EXPECT_TRUE(off_i + size_i <= off_j || off_j + size_j <= off_i)
+            << "buffers " << i << " and " << j << " overlap at N=" << n;
+      }
+    }
+  }
+  // Reuse happens: the arena is smaller than all buffers side by side.
+  int64_t total = 0;
+  for (const auto& b : buffers) total += eval(b.bytes, kQwen05b, 512);
+  EXPECT_LT(*lumen::passes::arena_bytes(m, kQwen05b, 512), total);
+}
+
+TEST(Pipeline, ArenaBytesNeedsParamValues) {
+  Module m = compiled("dsl/qwen2.dsl");
+  std::string missing;
+  EXPECT_EQ(lumen::passes::arena_bytes(m, {}, 1, &missing), std::nullopt);
+  EXPECT_EQ(missing, "n_embd");
+}
+
+// --------------------------------------------------------------- program
+// Values of every hparam of `p` (inputs by name, then defaults and derived).
+std::vector<double> resolve(const lumen::program::Program& p, const std::map<std::string, double>& inputs) {
+  std::vector<double> values;
+  for (const auto& h : p.hparams) {
+    double v = 0;
+    if (auto it = inputs.find(h.name); it != inputs.end()) v = it->second;
+    else if (h.default_value) v = *h.default_value;
+    else if (h.derived) v = static_cast<double>(h.derived->eval(values, 1));
+    values.push_back(v);
+  }
+  return values;
+}
+
+// One op as comparable text with sizes evaluated: kind, weights, epilogue,
+// kernels, and the dtype and column range of every view.
+std::vector<std::string> describe_ops(const lumen::program::Program& p, const std::vector<lumen::program::Op>& ops) {
+  auto hp = resolve(p, kQwen05b);
+  auto view = [&](const lumen::program::View& v) {
+    const auto& b = p.buffers.at(static_cast<size_t>(v.buffer));
+    return std::string(lumen::program::to_string(b.dtype)) + "[" + std::to_string(v.col_offset.eval(hp, 7)) + ":" +
+           std::to_string(v.cols.eval(hp, 7)) + "]";
+  };
+  std::vector<std::string> out;
+  for (const auto& op : ops) {
+    std::string s = lumen::program::to_string(op.kind);
+    for (const auto& in : op.inputs) s += " in=" + view(in);
+    s += " out=" + view(op.output);
+    for (int w : op.weights) s += " w=" + p.weights.at(static_cast<size_t>(w)).name;
+    for (int b : op.biases) s += " b=" + p.weights.at(static_cast<size_t>(b)).name;
+    if (op.kind == lumen::program::OpKind::MatMul) {
+      s += std::string(" epilogue=") + lumen::program::to_string(op.epilogue) + " " + op.schedule.decode_kernel + " " +
+           op.schedule.prefill_kernel;
+      if (op.epilogue == lumen::program::Epilogue::Residual) s += " residual=" + view(op.residual);
+    }
+    if (op.kind == lumen::program::OpKind::Rope || op.kind == lumen::program::OpKind::Attention)
+      s += " heads=" + std::to_string(op.n_heads.eval(hp, 7)) + " dim=" + std::to_string(op.head_dim.eval(hp, 7));
+    out.push_back(s);
+  }
+  return out;
+}
+
+TEST(Pipeline, Qwen2ProgramMatchesTheHandWrittenOne) {
+  lumen::program::Program mine = lumen::passes::lower_to_program(compiled("dsl/qwen2.dsl"));
+  std::string reference_text = read_file(source_path("tests/data/qwen2.program"));
+  if (reference_text.empty()) GTEST_SKIP() << "tests/data/qwen2.program not present";
+  lumen::program::Program ref = lumen::program::deserialize(reference_text);
+  EXPECT_EQ(mine.arch, ref.arch);
+  ASSERT_EQ(mine.hparams.size(), ref.hparams.size());
+  for (size_t i = 0; i < ref.hparams.size(); ++i) {
+    EXPECT_EQ(mine.hparams[i].name, ref.hparams[i].name);
+    EXPECT_EQ(mine.hparams[i].gguf_key, ref.hparams[i].gguf_key);
+    EXPECT_EQ(mine.hparams[i].required, ref.hparams[i].required) << ref.hparams[i].name;
+  }
+  ASSERT_EQ(mine.weights.size(), ref.weights.size());
+  auto hp = resolve(ref, kQwen05b);
+  for (size_t i = 0; i < ref.weights.size(); ++i) {
+    EXPECT_EQ(mine.weights[i].name, ref.weights[i].name);
+    EXPECT_EQ(mine.weights[i].gguf_name, ref.weights[i].gguf_name);
+    EXPECT_EQ(mine.weights[i].fallback, ref.weights[i].fallback);
+    EXPECT_EQ(mine.weights[i].dtypes, ref.weights[i].dtypes);
+    ASSERT_EQ(mine.weights[i].shape.size(), ref.weights[i].shape.size());
+    for (size_t d = 0; d < ref.weights[i].shape.size(); ++d)
+      EXPECT_EQ(mine.weights[i].shape[d].eval(hp, 1), ref.weights[i].shape[d].eval(hp, 1)) << ref.weights[i].name;
+  }
+  EXPECT_EQ(describe_ops(mine, mine.pre), describe_ops(ref, ref.pre));
+  EXPECT_EQ(describe_ops(mine, mine.layer), describe_ops(ref, ref.layer));
+  EXPECT_EQ(describe_ops(mine, mine.post), describe_ops(ref, ref.post));
+  EXPECT_EQ(mine.n_layers.eval(hp, 1), 24);
+  EXPECT_EQ(mine.kv_dim.eval(hp, 1), ref.kv_dim.eval(hp, 1));
+  EXPECT_EQ(mine.n_ctx_train.eval(hp, 1), ref.n_ctx_train.eval(hp, 1));
+  EXPECT_EQ(mine.buffers.at(static_cast<size_t>(mine.tokens_buffer)).dtype, lumen::program::DType::I32);
+  EXPECT_EQ(mine.buffers.at(static_cast<size_t>(mine.logits_buffer)).cols.eval(hp, 1), 151936);
+  // Liveness-based reuse: never more than the reference's side-by-side layout.
+  EXPECT_LE(mine.arena_bytes.eval(hp, 512), ref.arena_bytes.eval(hp, 512));
+  // The serialized form reads back identically.
+  std::string text = lumen::program::serialize(mine);
+  EXPECT_EQ(lumen::program::serialize(lumen::program::deserialize(text)), text);
+}
+
+// ------------------------------------------------------- lowering limits
+TEST(Lowering, LiteralsBecomeConstantParams) {
+  std::string text = read_file(source_path("dsl/qwen2.dsl"));
+  text = text.replace(text.find("h = rms_norm(x, attn_norm[l], rms_eps)"), 38, "h = rms_norm(x, attn_norm[l], 1e-6)");
+  text = text.replace(text.find(", base = rope_base, mode = neox)"), 32, ", mode = neox)");
+  lumen::DiagnosticEngine diags;
+  auto ast = lumen::dsl::parse_and_check("qwen2.dsl", text, diags);
+  ASSERT_NE(ast, nullptr) << diags.format();
+  auto m = lumen::ir::lower_ast(*ast, diags);
+  ASSERT_TRUE(m.has_value()) << diags.format();
+  const lumen::ir::Param* eps = m->find_param("eps_const");
+  const lumen::ir::Param* base = m->find_param("rope_base_const");
+  ASSERT_NE(eps, nullptr);
+  ASSERT_NE(base, nullptr);
+  EXPECT_EQ(eps->default_value, 1e-6);
+  EXPECT_EQ(base->default_value, 10000.0);
+  lumen::passes::run_pipeline(*m);
+  lumen::program::Program p = lumen::passes::lower_to_program(*m);
+  const auto& h = p.hparams.at(static_cast<size_t>(p.layer.at(0).eps_hparam));
+  EXPECT_EQ(h.name, "eps_const");
+  EXPECT_EQ(h.gguf_key, "");
+  EXPECT_FALSE(h.required);
+  EXPECT_EQ(h.default_value, 1e-6);
+}
+
+TEST(Lowering, ReportsWhatTheIrCannotExpress) {
+  std::string diags;
+  Module m = lower_dsl("dsl/qwen2.dsl", "h = rms_norm(x, attn_norm[l], rms_eps)",
+                       "h = rms_norm(x, attn_norm[l], rms_eps * 2.0)", &diags);
+  EXPECT_NE(diags.find("qwen2.dsl:52:"), std::string::npos) << diags;
+  EXPECT_NE(diags.find("error: rms_norm's eps must be a param or a number"), std::string::npos) << diags;
+}
+
+TEST(Lowering, KeepsSourceLinesOnOps) {
+  Module m = lower_dsl("dsl/qwen2.dsl");
+  ASSERT_FALSE(m.forward.pre.empty());
+  EXPECT_GT(m.forward.pre[0].line, 0);
+  EXPECT_EQ(m.source, "qwen2.dsl");
+  EXPECT_EQ(m.params.size(), 11u);
+  EXPECT_EQ(m.weights.size(), 15u);
+}
+
+}  // namespace
+
+// ------------------------------------------------------ pass errors
+const char* kMismatch = R"(module tiny
+param n_embd : int = key("tiny.embedding_length")
+param n_ff : int = key("tiny.feed_forward_length")
+param n_vocab : int = len("tokenizer.ggml.tokens")
+weight @emb : q8_0[n_vocab, n_embd] = "token_embd.weight"
+weight @up : q8_0[n_ff, n_embd] = "up.weight"
+weight @down : q8_0[n_embd, n_ff] = "down.weight"
+func @forward(%0 : i32[N]) -> ? {
+  %1 = embed %0, @emb : (i32[N]) -> ?
+  %2 = matmul %1, @up : (?) -> ?
+  %3 = matmul %2, @down : (?) -> ?
+  %4 = add %3, %2 : (?, ?) -> ?
+  return %4
+}
+)";
+
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+std::string infer_error(const std::string& text) {
+  Module m = lumen::ir::parse_module(text);
+  try {
+    lumen::passes::infer_shapes(m);
+  } catch (const lumen::ir::IrError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(InferShapes, ReportsMismatchesNamingTheOp) {
+  EXPECT_EQ(infer_error(kMismatch), "infer_shapes: add: cannot combine f32[N, n_embd] and f32[N, n_ff]");
+  EXPECT_EQ(infer_error(replaced(kMismatch, "%3 = matmul %2, @down", "%3 = matmul %2, @up")),
+            "infer_shapes: matmul: cannot multiply f32[N, n_ff] by @up q8_0[n_ff, n_embd] (row lengths n_ff and n_embd "
+            "differ)");
+  EXPECT_EQ(infer_error(replaced(kMismatch, "%4 = add %3, %2 : (?, ?) -> ?", "%4 = silu %1 : (?) -> f32[N, n_ff]")),
+            "infer_shapes: silu result is declared f32[N, n_ff] but computes f32[N, n_embd]");
+}
+
+TEST(PlanMemory, RefusesRopeWhoseInputIsReadAfterwards) {
+  Module m = compiled("dsl/qwen2.dsl");
+  ASSERT_TRUE(m.forward.loop.has_value());
+  // Make attention read the un-rotated Q view: rope can no longer work in place.
+  auto& body = m.forward.loop->body;
+  auto rope = std::find_if(body.begin(), body.end(), [](const auto& op) { return op.kind == OpKind::Rope; });
+  auto attention = std::find_if(body.begin(), body.end(), [](const auto& op) { return op.kind == OpKind::Attention; });
+  attention->operands[0] = rope->operands[0];
+  m.memory.reset();
+  EXPECT_THROW(lumen::passes::plan_memory(m), lumen::ir::IrError);
+}
+
+// ------------------------------------------------------------ lumenc
+// Runs the lumenc binary when it was built (it links the code generator).
+int run_lumenc(const std::string& args, std::string* out) {
+  std::string exe = std::string(LUMEN_BINARY_DIR) + "/tools/lumenc";
+  if (!std::ifstream(exe).good()) return -1;
+  std::string out_path = std::string(LUMEN_BINARY_DIR) + "/tests/passes/lumenc_test.out";
+  int status = std::system((exe + " " + args + " > " + out_path + " 2>&1").c_str());
+  *out = read_file(out_path);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -2;
+}
+
+TEST(Lumenc, ChecksDumpsAndReportsErrors) {
+  std::string out;
+  if (run_lumenc("--help", &out) == -1) GTEST_SKIP() << "lumenc not built";
+  EXPECT_NE(out.find("Examples:"), std::string::npos);
+  EXPECT_EQ(run_lumenc("check " + source_path("dsl/qwen2.dsl"), &out), 0) << out;
+  EXPECT_EQ(out, "");
+  EXPECT_EQ(run_lumenc("dump-ir --after=all " + source_path("dsl/llama.dsl"), &out), 0) << out;
+  size_t headers = 0;
+  for (size_t at = 0; (at = out.find("// ----- IR after ", at)) != std::string::npos; ++at) ++headers;
+  EXPECT_EQ(headers, lumen::passes::pipeline().size());
+  EXPECT_NE(out.find("// arena: needs a value for 'n_embd'"), std::string::npos);
+  EXPECT_EQ(run_lumenc("dump-ir --set n_vocab=151936 --set n_embd=896 --set n_ff=4864 --set n_head=14 "
+                       "--set n_head_kv=2 " + source_path("dsl/qwen2.dsl"), &out), 0);
+  EXPECT_NE(out.find("// arena bytes at N=512: "), std::string::npos) << out;
+  EXPECT_EQ(run_lumenc("dump-ir --after=nope " + source_path("dsl/qwen2.dsl"), &out), 1);
+  EXPECT_EQ(out, "lumenc: error: unknown pass 'nope' (see lumenc dump-ir --help)\n");
+  EXPECT_EQ(run_lumenc("check /nonexistent/x.dsl", &out), 1);
+  EXPECT_EQ(out, "lumenc: error: cannot read '/nonexistent/x.dsl'\n");
+  EXPECT_EQ(run_lumenc("compile --frobnicate x.dsl", &out), 2);
+  EXPECT_EQ(run_lumenc("dump-program " + source_path("dsl/qwen2.dsl"), &out), 0);
+  EXPECT_EQ(out.rfind("lumen-program 1\n", 0), 0u) << out.substr(0, 100);
+}
+
+TEST(Schedule, RefusesMatmulsNoKernelImplements) {
+  const char* text = R"(module tiny
+param n_embd : int = key("tiny.embedding_length")
+param n_vocab : int = len("tokenizer.ggml.tokens")
+weight @emb : q8_0[n_vocab, n_embd] = "token_embd.weight"
+weight @out : f16[n_vocab, n_embd] = "output.weight"
+func @forward(%0 : i32[N]) -> f32[N, n_vocab] {
+  %1 = embed %0, @emb : (i32[N]) -> f32[N, n_embd]
+  %2 = quantize %1 : (f32[N, n_embd]) -> act_q8[N, n_embd]
+  %3 = matmul %2, @out : (act_q8[N, n_embd]) -> f32[N, n_vocab]
+  return %3
+}
+)";
+  Module m = lumen::ir::parse_module(text);
+  try {
+    lumen::passes::schedule(m);
+    FAIL() << "no error";
+  } catch (const lumen::ir::IrError& e) {
+    EXPECT_EQ(std::string(e.what()), "schedule: matmul: no matmul kernel for @out of dtype f16 (weights must be q8_0)");
+  }
+}
+
+// Passes on IR that parses and verifies (open types allowed) either work or
+// throw; mutated inputs exercise their error paths (under ASan in CI).
+TEST(Pipeline, MutatedIrNeverCrashesThePasses) {
+  std::string text = read_file(source_path("tests/passes/golden/infer_shapes.in.ir"));
+  ASSERT_FALSE(text.empty());
+  const std::vector<std::pair<std::string, std::string>> edits = {
+      {"@wk[l]", "@wq[l]"},       {"@bq[l]", "@bk[l]"},     {"%3, %14", "%14, %14"}, {"%4 = rms_norm", "%4 = silu"},
+      {"@wup[l]", "@wgate[l]"},   {"silu %17", "silu %16"}, {"mul %18, %19", "add %18, %19"},
+      {"heads = n_head,", "heads = n_ff,"}, {"%11, %12, %10", "%11, %11, %11"}, {"last %2", "last %1"},
+      {"yield %22", "yield %21"}, {"n_embd_kv, n_embd]", "n_embd, n_embd_kv]"}, {"@wdown[l]", "@wo[l]"}};
+  int compiled_ok = 0;
+  for (const auto& [from, to] : edits) {
+    size_t at = text.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    std::string mutated = text;
+    mutated.replace(at, from.size(), to);
+    try {
+      Module m = lumen::ir::parse_module(mutated);
+      if (!lumen::ir::verify(m, /*require_types=*/false).empty()) continue;
+      lumen::passes::run_pipeline(m);
+      (void)lumen::passes::lower_to_program(m);
+      ++compiled_ok;
+    } catch (const std::exception&) {
+      // An error, reported: fine.
+    }
+  }
+  EXPECT_LT(compiled_ok, static_cast<int>(edits.size()));
+}

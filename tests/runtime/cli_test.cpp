@@ -1,0 +1,202 @@
+// lumen-run end to end: a real model.so (emitted from the hand-written qwen2
+// program) on the reference GGUF, and every refusal the issue lists: one
+// line on stderr, exit 1 (runtime) or 2 (command line), never a crash or hang.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "lumen/codegen.h"
+#include "lumen/gguf.h"
+#include "runtime_support.h"
+
+namespace lumen::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) {
+    if (c == '\'')
+      q.append("'\\''");
+    else
+      q.push_back(c);
+  }
+  q.push_back('\'');
+  return q;
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::path(LUMEN_BINARY_DIR) / "tests" / "runtime" / "cli_test_files";
+    fs::create_directories(dir_);
+    model_so_ = (dir_ / "qwen2.so").string();
+    program::Program p = program::deserialize(testing::read_file(testing::qwen2_program_path()));
+    codegen::emit_model_so(p, best_isa(cpu_features()), model_so_);
+  }
+
+  // Runs lumen-run with the arguments (each shell-quoted) and optional stdin text.
+  static Result run(const std::vector<std::string>& args, const std::string& input = "") {
+    std::string cmd = quote(LUMEN_BINARY_DIR "/tools/lumen-run");
+    for (const std::string& a : args) cmd.append(" ").append(quote(a));
+    const std::string out = (dir_ / "stdout.txt").string(), err = (dir_ / "stderr.txt").string();
+    const std::string in = (dir_ / "stdin.txt").string();
+    std::ofstream(in) << input;
+    cmd.append(" <").append(quote(in)).append(" >").append(quote(out)).append(" 2>").append(quote(err));
+    int status = std::system(cmd.c_str());
+    Result r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = testing::read_file(out);
+    r.err = testing::read_file(err);
+    return r;
+  }
+
+  // A refusal: the given exit code and one line "lumen-run: error: ..." containing `what`.
+  static void expect_error(const Result& r, int code, const std::string& what) {
+    EXPECT_EQ(r.exit_code, code) << r.err;
+    EXPECT_EQ(r.err.rfind("lumen-run: error: ", 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find(what), std::string::npos) << "stderr: " << r.err << "wanted: " << what;
+  }
+
+  static std::string write_file(const std::string& name, const std::vector<uint8_t>& bytes) {
+    std::string path = (dir_ / name).string();
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                                static_cast<std::streamsize>(bytes.size()));
+    return path;
+  }
+
+  static fs::path dir_;
+  static std::string model_so_;
+};
+
+fs::path Cli::dir_;
+std::string Cli::model_so_;
+
+TEST_F(Cli, TokenizePrintsIds) {
+  Result r = run({model_so_, "--gguf", testing::tiny_gguf(), "--tokenize", "Hello world"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "9707 1879\n");
+  Result empty = run({model_so_, "--gguf", testing::tiny_gguf(), "--tokenize", ""});
+  EXPECT_EQ(empty.exit_code, 0) << empty.err;
+  EXPECT_EQ(empty.out, "");
+}
+
+TEST_F(Cli, DumpLogitsMatchesReference) {
+  const std::string dump = (dir_ / "logits.f32").string();
+  Result r = run({model_so_, "--gguf", testing::tiny_gguf(), "--prompt", "The capital of France is", "-n", "0",
+                  "--threads", "2", "--dump-logits", dump});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("prompt 5 tokens"), std::string::npos) << r.err;
+  std::string got = testing::read_file(dump);
+  std::string want = testing::read_file(testing::reference_dir() + "/tiny-qwen2-a.1.last_logits.f32");
+  ASSERT_EQ(got.size(), want.size());
+  std::vector<float> a(got.size() / 4), b(want.size() / 4);
+  std::memcpy(a.data(), got.data(), got.size());
+  std::memcpy(b.data(), want.data(), want.size());
+  double max_diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) max_diff = std::max(max_diff, std::fabs(double(a[i]) - b[i]));
+  EXPECT_LE(max_diff, 0.5);
+}
+
+TEST_F(Cli, GreedyGenerationIsReproducibleAndStops) {
+  std::vector<std::string> args = {model_so_, "--gguf", testing::tiny_gguf(), "--prompt", "Hello world",
+                                   "--temp", "0", "-n", "8", "--threads", "1"};
+  Result a = run(args);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_FALSE(a.out.empty());
+  args[args.size() - 1] = "3";
+  Result b = run(args);
+  EXPECT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_EQ(a.out, b.out) << "greedy output must not depend on threads";
+  Result sampled1 = run({model_so_, "--gguf", testing::tiny_gguf(), "--prompt", "Hello", "-n", "6", "--seed", "7"});
+  Result sampled2 = run({model_so_, "--gguf", testing::tiny_gguf(), "--prompt", "Hello", "-n", "6", "--seed", "7"});
+  EXPECT_EQ(sampled1.exit_code, 0) << sampled1.err;
+  EXPECT_EQ(sampled1.out, sampled2.out);
+  // A stop string cuts the output before it.
+  if (a.out.size() >= 4) {
+    std::string stop = a.out.substr(2, 2);
+    Result stopped = run({model_so_, "--gguf", testing::tiny_gguf(), "--prompt", "Hello world", "--temp", "0", "-n",
+                          "8", "--stop", stop});
+    EXPECT_EQ(stopped.exit_code, 0) << stopped.err;
+    EXPECT_EQ(stopped.out.find(stop), std::string::npos);
+    EXPECT_EQ(a.out.rfind(stopped.out, 0), 0u);
+  }
+}
+
+TEST_F(Cli, ChatAndInteractiveRun) {
+  Result chat = run({model_so_, "--gguf", testing::tiny_gguf(), "--chat", "--prompt", "Hi", "-n", "4", "--temp", "0"});
+  EXPECT_EQ(chat.exit_code, 0) << chat.err;
+  Result interactive = run({model_so_, "--gguf", testing::tiny_gguf(), "-i", "-n", "3", "--temp", "0"},
+                           "first question\nsecond question\n");
+  EXPECT_EQ(interactive.exit_code, 0) << interactive.err;
+  EXPECT_NE(interactive.err.find("prompt"), std::string::npos);
+}
+
+TEST_F(Cli, MissingOrUnreadableFiles) {
+  expect_error(run({(dir_ / "absent.so").string(), "--gguf", testing::tiny_gguf(), "--prompt", "x"}), 1,
+               "absent.so");
+  expect_error(run({model_so_, "--gguf", (dir_ / "absent.gguf").string(), "--prompt", "x"}), 1, "absent.gguf");
+  std::string garbage = write_file("garbage.so", std::vector<uint8_t>(100, 0x41));
+  expect_error(run({garbage, "--gguf", testing::tiny_gguf(), "--prompt", "x"}), 1, "garbage.so");
+  expect_error(run({model_so_, "--gguf", dir_.string(), "--prompt", "x"}), 1, "cli_test_files");
+  expect_error(run({model_so_, "--gguf", testing::tiny_gguf(), "-f", (dir_ / "absent.txt").string()}), 1,
+               "absent.txt");
+}
+
+TEST_F(Cli, TruncatedGguf) {
+  std::string whole = testing::read_file(testing::tiny_gguf());
+  std::string path = write_file("truncated.gguf", std::vector<uint8_t>(whole.begin(), whole.begin() + 1000000));
+  expect_error(run({model_so_, "--gguf", path, "--prompt", "x"}), 1, "truncated.gguf");
+}
+
+TEST_F(Cli, GgufOfAnotherArchitecture) {
+  gguf::Writer w;
+  w.set_string("general.architecture", "llama");
+  w.set_u32("llama.context_length", 16);
+  std::string path = write_file("llama.gguf", w.to_bytes());
+  expect_error(run({model_so_, "--gguf", path, "--prompt", "x"}), 1, "'llama'");
+}
+
+TEST_F(Cli, PromptLongerThanContext) {
+  expect_error(run({model_so_, "--gguf", testing::tiny_gguf(), "--ctx", "4", "--prompt",
+                    "one two three four five six seven", "-n", "0"}),
+               1, "context");
+  expect_error(run({model_so_, "--gguf", testing::tiny_gguf(), "--ctx", "8", "--prompt", "Hello world", "-n", "7"}),
+               1, "context");
+  expect_error(run({model_so_, "--gguf", testing::tiny_gguf(), "--ctx", "100000", "--prompt", "x"}), 1,
+               "training context");
+}
+
+TEST_F(Cli, BadCommandLines) {
+  const std::string gguf = testing::tiny_gguf();
+  expect_error(run({model_so_, "--gguf", gguf, "--bogus"}), 2, "--bogus");
+  expect_error(run({model_so_, "--gguf", gguf, "-n", "abc"}), 2, "abc");
+  expect_error(run({model_so_, "--gguf", gguf, "-n", "-1"}), 2, "-1");
+  expect_error(run({model_so_, "--gguf", gguf, "--threads", "0"}), 2, "threads");
+  expect_error(run({model_so_, "--gguf", gguf, "--kv", "f8"}), 2, "f8");
+  expect_error(run({model_so_, "--gguf", gguf, "--temp", "warm"}), 2, "warm");
+  expect_error(run({model_so_}), 2, "--gguf");
+  expect_error(run({model_so_, "--gguf", gguf, "--prompt", "a", "-f", "b"}), 2, "excludes");
+  Result help = run({"--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.out.find("--gguf"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace lumen::runtime

@@ -1,0 +1,90 @@
+// Shared by the runtime tests: the hand-written qwen2 program with kernels
+// generated in-process (no model.so needed), and reference file helpers.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "lumen/codegen.h"
+#include "lumen/runtime/compiled_model.h"
+
+namespace lumen::runtime::testing {
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline std::string reference_dir() { return LUMEN_SHARED_DIR "/reference"; }
+inline std::string tiny_gguf() { return reference_dir() + "/tiny-qwen2-a.gguf"; }
+inline std::string qwen2_program_path() { return LUMEN_SOURCE_DIR "/tests/data/qwen2.program"; }
+
+// codegen::reference_matmul behind the MatMulFn signature (no context pointer,
+// so one instantiation per ISA and epilogue).
+template <Isa kIsa, program::Epilogue kEpilogue>
+void reference_kernel(const MatMulArgs* args) {
+  codegen::reference_matmul(kIsa, kEpilogue, *args);
+}
+
+template <Isa kIsa>
+MatMulFn reference_kernel_for(program::Epilogue e) {
+  using program::Epilogue;
+  switch (e) {
+    case Epilogue::None: return reference_kernel<kIsa, Epilogue::None>;
+    case Epilogue::Bias: return reference_kernel<kIsa, Epilogue::Bias>;
+    case Epilogue::Residual: return reference_kernel<kIsa, Epilogue::Residual>;
+    case Epilogue::BiasResidual: return reference_kernel<kIsa, Epilogue::BiasResidual>;
+    case Epilogue::SiluMul: return reference_kernel<kIsa, Epilogue::SiluMul>;
+  }
+  return nullptr;
+}
+
+inline MatMulFn reference_kernel_for(Isa isa, program::Epilogue e) {
+  switch (isa) {
+    case Isa::Avx512Vnni: return reference_kernel_for<Isa::Avx512Vnni>(e);
+    case Isa::Avx512: return reference_kernel_for<Isa::Avx512>(e);
+    case Isa::Avx2: return reference_kernel_for<Isa::Avx2>(e);
+  }
+  return nullptr;
+}
+
+// The program plus JIT kernels for every name its schedules use (or the
+// scalar reference kernels, to tell kernel bugs from runtime bugs).
+inline std::shared_ptr<const CompiledModel> in_process_model(const program::Program& program, Isa isa,
+                                                             bool reference = false) {
+  auto model = std::make_shared<CompiledModel>();
+  model->program = program;
+  model->isa = isa;
+  model->target = to_string(isa);
+  model->required_cpu = required_features(isa);
+  auto kernels = std::make_shared<std::vector<std::unique_ptr<codegen::JitKernel>>>();
+  for (const auto* ops : {&program.pre, &program.layer, &program.post})
+    for (const program::Op& op : *ops) {
+      if (op.kind != program::OpKind::MatMul) continue;
+      for (const std::string& name : {op.schedule.decode_kernel, op.schedule.prefill_kernel}) {
+        if (model->kernels.count(name) != 0) continue;
+        if (reference) {
+          model->kernels[name] = reference_kernel_for(isa, op.epilogue);
+          continue;
+        }
+        kernels->push_back(std::make_unique<codegen::JitKernel>(isa, name));
+        model->kernels[name] = kernels->back()->fn();
+      }
+    }
+  model->code_owner = kernels;
+  return model;
+}
+
+inline std::shared_ptr<const CompiledModel> qwen2_model(bool reference = false) {
+  return in_process_model(program::deserialize(read_file(qwen2_program_path())), best_isa(cpu_features()),
+                          reference);
+}
+
+}  // namespace lumen::runtime::testing

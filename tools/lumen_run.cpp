@@ -1,0 +1,267 @@
+// lumen-run: loads a compiled model.so, binds it to GGUF weights and
+// generates text. Flags parse here; everything else is the runtime library
+// (session), the tokenizer, the sampler and the chat template. Text streams to
+// stdout as it is generated; stats and errors go to stderr.
+//
+// Exit codes: 0 success, 1 runtime error (bad files, context overflow, ...),
+// 2 bad command line. Every error is one line: "lumen-run: error: ...".
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "lumen/chat.h"
+#include "lumen/gguf.h"
+#include "lumen/runtime/compiled_model.h"
+#include "lumen/runtime/session.h"
+#include "lumen/runtime/thread_pool.h"
+#include "lumen/sampler.h"
+#include "lumen/tokenizer.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string model_path, gguf_path;
+  std::optional<std::string> prompt, prompt_file, tokenize_text, system, dump_logits;
+  int64_t n_predict = 128;
+  int64_t n_ctx = 0;
+  int64_t n_batch = 512;
+  std::optional<int> n_threads;
+  std::string kv = "f16";
+  lumen::SamplerParams sampling;
+  std::vector<std::string> stops;
+  bool chat = false, interactive = false, profile = false;
+};
+
+struct RunError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw RunError("cannot read prompt file '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw RunError("cannot read prompt file '" + path + "'");
+  return ss.str();
+}
+
+// Counters for the stats line.
+struct Stats {
+  int64_t prompt_tokens = 0, generated_tokens = 0, decode_evals = 0;
+  double prefill_seconds = 0, decode_seconds = 0;
+};
+
+class Runner {
+ public:
+  Runner(const Options& o, lumen::runtime::Session& session, const lumen::Tokenizer& tok)
+      : o_(o), session_(session), tok_(tok), sampler_(o.sampling) {}
+
+  // Evaluates the tokens (as a prefill) and generates up to n_predict tokens,
+  // streaming text. Returns the generated text (without any stop string).
+  std::string turn(const std::vector<int32_t>& tokens, bool dump_logits) {
+    if (tokens.empty()) throw RunError("the prompt is empty");
+    const int64_t room = session_.n_ctx() - session_.position();
+    if (static_cast<int64_t>(tokens.size()) > room)
+      throw RunError("the prompt (" + std::to_string(tokens.size()) + " tokens) does not fit the context of " +
+                     std::to_string(session_.n_ctx()) + " (" + std::to_string(room) + " free); raise --ctx");
+    if (static_cast<int64_t>(tokens.size()) + o_.n_predict > room && !o_.interactive)
+      throw RunError("the prompt (" + std::to_string(tokens.size()) + " tokens) plus " +
+                     std::to_string(o_.n_predict) + " generated tokens exceed the context of " +
+                     std::to_string(session_.n_ctx()) + "; raise --ctx or lower -n");
+    auto t0 = Clock::now();
+    std::span<const float> logits = session_.eval(tokens);
+    stats_.prefill_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    stats_.prompt_tokens += static_cast<int64_t>(tokens.size());
+    for (int32_t t : tokens) sampler_.accept(t);
+    if (dump_logits) write_logits(logits);
+
+    lumen::TextStreamer streamer(o_.stops);
+    std::string reply;
+    for (int64_t i = 0; i < o_.n_predict; ++i) {
+      const int32_t next = sampler_.sample(logits);
+      sampler_.accept(next);
+      if (tok_.is_eog(next)) break;
+      ++stats_.generated_tokens;
+      std::string text = streamer.push(tok_.token_text(next));
+      reply += text;
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+      if (streamer.stopped() || i + 1 == o_.n_predict) break;
+      if (session_.position() >= session_.n_ctx()) {
+        std::fprintf(stderr, "lumen-run: context full, generation stopped\n");
+        break;
+      }
+      auto t1 = Clock::now();
+      logits = session_.eval(std::span<const int32_t>(&next, 1));
+      stats_.decode_seconds += std::chrono::duration<double>(Clock::now() - t1).count();
+      ++stats_.decode_evals;
+    }
+    std::string rest = streamer.finish();
+    reply += rest;
+    std::fwrite(rest.data(), 1, rest.size(), stdout);
+    std::fflush(stdout);
+    return reply;
+  }
+
+  const Stats& stats() const { return stats_; }
+  const lumen::Sampler& sampler() const { return sampler_; }
+
+ private:
+  void write_logits(std::span<const float> logits) {
+    std::ofstream out(*o_.dump_logits, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size_bytes()));
+    if (!out) throw RunError("cannot write logits to '" + *o_.dump_logits + "'");
+  }
+
+  const Options& o_;
+  lumen::runtime::Session& session_;
+  const lumen::Tokenizer& tok_;
+  lumen::Sampler sampler_;
+  Stats stats_;
+};
+
+std::vector<int32_t> encode(const lumen::Tokenizer& tok, const std::string& text) {
+  std::vector<int32_t> ids;
+  if (tok.add_bos() && tok.bos()) ids.push_back(*tok.bos());
+  std::vector<int32_t> body = tok.encode(text, /*parse_special=*/true);
+  ids.insert(ids.end(), body.begin(), body.end());
+  return ids;
+}
+
+int run(const Options& o) {
+  if (o.tokenize_text) {
+    // Tokenization needs only the vocabulary: no model binding.
+    lumen::gguf::File file = [&] {
+      try {
+        return lumen::gguf::File::open(o.gguf_path);
+      } catch (const lumen::gguf::Error& e) {
+        throw RunError(e.what());
+      }
+    }();
+    lumen::Tokenizer tok = lumen::Tokenizer::from_gguf(file);
+    std::vector<int32_t> ids = tok.encode(*o.tokenize_text, /*parse_special=*/true);
+    std::string line;
+    for (size_t i = 0; i < ids.size(); ++i) line.append(i ? " " : "").append(std::to_string(ids[i]));
+    if (!line.empty()) std::printf("%s\n", line.c_str());
+    return 0;
+  }
+
+  auto load_start = Clock::now();
+  auto model = std::make_shared<lumen::runtime::CompiledModel>(lumen::runtime::load_model_so(o.model_path));
+  lumen::runtime::SessionOptions so;
+  so.n_ctx = o.n_ctx;
+  so.n_batch = o.n_batch;
+  so.n_threads = o.n_threads.value_or(0);
+  so.kv_type = o.kv == "f32" ? lumen::runtime::KvType::F32 : lumen::runtime::KvType::F16;
+  so.profile = o.profile;
+  lumen::runtime::Session session(model, o.gguf_path, so);
+  lumen::Tokenizer tok = lumen::Tokenizer::from_gguf(session.gguf());
+  const double load_seconds = std::chrono::duration<double>(Clock::now() - load_start).count();
+
+  std::optional<std::string> system = o.system ? o.system : std::optional<std::string>(lumen::kQwenDefaultSystemPrompt);
+  std::string prompt;
+  if (o.prompt) prompt = *o.prompt;
+  if (o.prompt_file) prompt = read_text_file(*o.prompt_file);
+
+  Runner runner(o, session, tok);
+  if (o.interactive) {
+    lumen::ChatConversation conversation(system);
+    bool first = true;
+    while (true) {
+      std::string line;
+      if (first && !prompt.empty()) {
+        line = prompt;
+      } else {
+        std::fprintf(stderr, "> ");
+        std::fflush(stderr);
+        if (!std::getline(std::cin, line)) break;
+        if (line.empty()) continue;
+      }
+      first = false;
+      std::string reply = runner.turn(encode(tok, conversation.add_user(line)), false);
+      std::printf("\n");
+      std::fflush(stdout);
+      conversation.add_assistant(reply, /*im_end_in_context=*/false);
+    }
+  } else {
+    std::string text = o.chat ? lumen::chat_prompt(prompt, system) : prompt;
+    runner.turn(encode(tok, text), o.dump_logits.has_value());
+  }
+
+  const Stats& st = runner.stats();
+  const auto& ls = session.load_stats();
+  std::fprintf(stderr,
+               "\nlumen-run: load %.2f s (packing %.2f s, %.0f MiB packed) | %d threads, %s, seed %u\n"
+               "lumen-run: prompt %lld tokens, %.2f tok/s | generated %lld tokens, %.2f tok/s\n",
+               load_seconds, ls.pack_seconds, static_cast<double>(ls.packed_bytes) / (1 << 20), session.n_threads(),
+               model->target.c_str(), runner.sampler().seed(), static_cast<long long>(st.prompt_tokens),
+               st.prefill_seconds > 0 ? static_cast<double>(st.prompt_tokens) / st.prefill_seconds : 0.0,
+               static_cast<long long>(st.generated_tokens),
+               st.decode_seconds > 0 ? static_cast<double>(st.decode_evals) / st.decode_seconds : 0.0);
+  if (o.profile) std::fprintf(stderr, "%s", session.profile_report().c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"lumen-run: run a model compiled by lumenc on GGUF weights.\n\n"
+               "Example:\n"
+               "  lumen-run model.so --gguf qwen2.5-0.5b-instruct-q8_0.gguf --chat --prompt \"Hi\" -n 64\n",
+               "lumen-run"};
+  app.add_option("model", o.model_path, "model.so written by `lumenc compile`")->required();
+  app.add_option("--gguf", o.gguf_path, "GGUF file with the weights and the tokenizer")->required();
+  auto* prompt = app.add_option("-p,--prompt", o.prompt, "prompt text");
+  app.add_option("-f,--file", o.prompt_file, "read the prompt from a file")->excludes(prompt);
+  app.add_option("-n,--n-predict", o.n_predict, "tokens to generate (default 128)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  app.add_option("--ctx", o.n_ctx, "context size in tokens (default min(4096, the model's))")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  app.add_option("--batch", o.n_batch, "prompt tokens per forward pass (default 512)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("-t,--threads", o.n_threads, "threads (default: physical cores)")->check(CLI::Range(1, 4096));
+  app.add_option("--kv", o.kv, "KV cache type: f16 (as llama.cpp) or f32")->check(CLI::IsMember({"f16", "f32"}));
+  app.add_option("--temp", o.sampling.temp, "temperature; 0 = greedy (default 0.8)");
+  app.add_option("--top-k", o.sampling.top_k, "top-k, <= 0 keeps all (default 40)");
+  app.add_option("--top-p", o.sampling.top_p, "top-p (default 0.95)")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--min-p", o.sampling.min_p, "min-p (default 0.05)")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--repeat-penalty", o.sampling.repeat_penalty, "repeat penalty, 1 = off (default 1.0)")
+      ->check(CLI::Range(1e-6, 1e6));
+  app.add_option("--repeat-last-n", o.sampling.repeat_last_n, "tokens the penalty looks back (default 64)")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--seed", o.sampling.seed, "random seed (default: random)");
+  app.add_option("--stop", o.stops, "stop when the output contains this string (repeatable)");
+  app.add_flag("--chat", o.chat, "wrap the prompt in the model's chat template (ChatML)");
+  app.add_option("--system", o.system, "system prompt for --chat / -i (default: Qwen's)");
+  app.add_flag("-i,--interactive", o.interactive, "chat turn by turn, reading lines from stdin");
+  app.add_option("--tokenize", o.tokenize_text, "print the token ids of TEXT and exit");
+  app.add_option("--dump-logits", o.dump_logits, "write the last prompt position's logits (raw f32) to FILE");
+  app.add_flag("--profile", o.profile, "print time per op kind and kernel at the end");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "lumen-run: error: %s\n", e.what());
+    return 2;
+  }
+  try {
+    return run(o);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "lumen-run: error: %s\n", e.what());
+    return 1;
+  }
+}

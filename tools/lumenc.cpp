@@ -1,0 +1,263 @@
+// lumenc: the Lumen compiler driver. Reads a model program (.dsl) - or the
+// IR text form (.ir) - runs the pipeline DSL -> AST -> IR -> passes ->
+// Program, and prints a stage or writes model.so. Thin by design: flags in,
+// library calls, exit codes out (0 ok, 1 an error in the input or a failed
+// stage, 2 bad usage).
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include "lumen/codegen.h"
+#include "lumen/diagnostics.h"
+#include "lumen/dsl/frontend.h"
+#include "lumen/ir/lower_ast.h"
+#include "lumen/ir/text.h"
+#include "lumen/ir/verifier.h"
+#include "lumen/kernel_abi.h"
+#include "lumen/passes.h"
+#include "lumen/program.h"
+
+namespace {
+
+// A failure already explained to the user: print "lumenc: error: <what>" and exit 1.
+struct Failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Failure("cannot read '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw Failure("cannot read '" + path + "'");
+  return ss.str();
+}
+
+// The front end: diagnostics go to stderr; nullopt when there were errors.
+std::unique_ptr<lumen::dsl::ast::Module> check_dsl(const std::string& path, lumen::DiagnosticEngine& diags) {
+  std::string text = read_text(path);
+  auto ast = lumen::dsl::parse_and_check(path, text, diags);
+  diags.print(std::cerr);
+  return ast;
+}
+
+// The IR of FILE, before any pass: from a .dsl through the front end and the
+// lowering, or parsed from a .ir file. Verified (open types allowed).
+lumen::ir::Module load_ir(const std::string& path) {
+  lumen::ir::Module m;
+  if (ends_with(path, ".ir")) {
+    try {
+      m = lumen::ir::parse_module(read_text(path));
+    } catch (const lumen::ir::IrError& e) {
+      throw Failure(path + ": " + e.what());
+    }
+  } else {
+    lumen::DiagnosticEngine diags;
+    auto ast = check_dsl(path, diags);
+    if (!ast) throw Failure(fmt::format("{} error(s) in '{}'", diags.error_count(), path));
+    lumen::DiagnosticEngine lowering_diags;
+    std::string text = read_text(path);
+    lowering_diags.add_source(path, text);
+    auto lowered = lumen::ir::lower_ast(*ast, lowering_diags);
+    lowering_diags.print(std::cerr);
+    if (!lowered) throw Failure("cannot lower '" + path + "' to the IR");
+    m = std::move(*lowered);
+  }
+  auto problems = lumen::ir::verify(m, /*require_types=*/false);
+  if (!problems.empty()) throw Failure("the IR of '" + path + "' does not verify: " + problems.front());
+  return m;
+}
+
+// --set name=value pairs -> map.
+std::map<std::string, double> parse_settings(const std::vector<std::string>& settings) {
+  std::map<std::string, double> out;
+  for (const auto& s : settings) {
+    auto eq = s.find('=');
+    if (eq == std::string::npos || eq == 0) throw Failure("--set expects name=value, got '" + s + "'");
+    std::string value = s.substr(eq + 1);
+    size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(value, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != value.size()) throw Failure("--set " + s.substr(0, eq) + ": '" + value + "' is not a number");
+    out[s.substr(0, eq)] = v;
+  }
+  return out;
+}
+
+// The arena sizes `dump-ir` reports after memory planning, as IR comments.
+std::string arena_report(const lumen::ir::Module& m, const std::map<std::string, double>& settings) {
+  std::string out;
+  for (int64_t n : {1, 32, 512}) {
+    std::string missing;
+    std::optional<int64_t> bytes;
+    try {
+      bytes = lumen::passes::arena_bytes(m, settings, n, &missing);
+    } catch (const std::exception& e) {
+      return fmt::format("// arena: cannot evaluate ({})\n", e.what());
+    }
+    if (!bytes)
+      return fmt::format("// arena: needs a value for '{}' (give it with --set {}=VALUE)\n", missing, missing);
+    out += fmt::format("// arena bytes at N={}: {} ({:.2f} MiB)\n", n, *bytes, static_cast<double>(*bytes) / (1 << 20));
+  }
+  return out;
+}
+
+lumen::Isa parse_target(const std::string& target) {
+  if (target == "avx512-vnni") return lumen::Isa::Avx512Vnni;
+  if (target == "avx512") return lumen::Isa::Avx512;
+  if (target == "avx2") return lumen::Isa::Avx2;
+  return lumen::best_isa(lumen::cpu_features());  // "native"
+}
+
+lumen::program::Program compile_to_program(const std::string& path) {
+  lumen::ir::Module m = load_ir(path);
+  lumen::passes::run_pipeline(m);
+  return lumen::passes::lower_to_program(m);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "lumenc - the Lumen compiler: a model architecture written in the Lumen DSL (.dsl) in,\n"
+      "a shared object with generated x86-64 kernels (model.so) out; run it with lumen-run.\n"
+      "Pipeline: DSL -> AST -> tensor IR -> passes (infer_shapes, fuse_*, insert_quantize,\n"
+      "schedule, plan_memory) -> scheduled program -> kernels + model.so.\n"
+      "Exit status: 0 ok, 1 errors in the input, 2 bad usage.",
+      "lumenc"};
+  // At most one; "none" is reported after parsing so that a bad flag is named first.
+  app.require_subcommand(0, 1);
+  app.footer(
+      "Examples:\n"
+      "  lumenc check dsl/qwen2.dsl                      report errors and warnings\n"
+      "  lumenc dump-ir dsl/qwen2.dsl                    the IR after all passes\n"
+      "  lumenc dump-ir --after=fuse_qkv dsl/qwen2.dsl   the IR after one pass\n"
+      "  lumenc dump-ir --after=all dsl/qwen2.dsl        the IR after every pass\n"
+      "  lumenc dump-program dsl/qwen2.dsl               the scheduled program model.so embeds\n"
+      "  lumenc compile dsl/qwen2.dsl -o qwen2.so        build model.so for this CPU\n"
+      "Run `lumenc SUBCOMMAND --help` for the options of each.\n");
+
+  std::string file;
+  auto* check = app.add_subcommand("check", "Parse and check a .dsl file; print its diagnostics.");
+  check->add_option("FILE", file, "the model program (.dsl)")->required();
+  check->footer("Example: lumenc check dsl/qwen2.dsl   (exit 1 when there are errors)\n");
+
+  std::string after = "plan_memory", only;
+  std::vector<std::string> settings;
+  auto* dump_ir = app.add_subcommand("dump-ir", "Print the tensor IR after a pass (default: after all of them).");
+  dump_ir->add_option("FILE", file, "the model program (.dsl), or IR text (.ir)")->required();
+  std::string pass_list;
+  for (const auto& p : lumen::passes::pipeline()) pass_list += std::string("\n    ") + p.name + ": " + p.summary;
+  dump_ir->add_option("--after", after,
+                      "print after this pass and stop, or `all` to print after every pass; `lower` prints the IR "
+                      "before any pass. Passes, in order:" + pass_list);
+  dump_ir->add_option("--only", only, "run just this pass on FILE (usually an .ir file) and print the result");
+  dump_ir->add_option("--set", settings, "NAME=VALUE: a param value for the arena report (repeatable)");
+  dump_ir->footer(
+      "Examples:\n"
+      "  lumenc dump-ir --after=fuse_qkv dsl/qwen2.dsl\n"
+      "  lumenc dump-ir --after=all dsl/llama.dsl\n"
+      "  lumenc dump-ir --only=fuse_qkv tests/passes/golden/fuse_qkv.in.ir\n"
+      "  lumenc dump-ir --set n_vocab=151936 --set n_embd=896 --set n_ff=4864 --set n_head=14 \\\n"
+      "         --set n_head_kv=2 dsl/qwen2.dsl     (arena size for Qwen2.5-0.5B at N=1, 32, 512)\n");
+
+  auto* dump_program = app.add_subcommand("dump-program", "Print the scheduled program (the text model.so embeds).");
+  dump_program->add_option("FILE", file, "the model program (.dsl), or IR text (.ir)")->required();
+  dump_program->footer("Example: lumenc dump-program dsl/qwen2.dsl\n");
+
+  std::string output, target = "native";
+  auto* compile = app.add_subcommand("compile", "Compile to model.so (kernels for one x86-64 target).");
+  compile->add_option("FILE", file, "the model program (.dsl)")->required();
+  compile->add_option("-o,--output", output, "the shared object to write")->required();
+  compile->add_option("--target", target, "avx512-vnni, avx512, avx2, or native (this CPU's best)")
+      ->check(CLI::IsMember({"avx512-vnni", "avx512", "avx2", "native"}));
+  compile->footer("Example: lumenc compile dsl/qwen2.dsl -o qwen2.so --target avx2\n");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // One line, like every other error.
+    std::cerr << "lumenc: error: " << e.what() << " (see lumenc --help)\n";
+    return 2;
+  }
+
+  if (app.get_subcommands().empty()) {
+    std::cerr << "lumenc: error: a subcommand is required: check, dump-ir, dump-program or compile (see lumenc --help)\n";
+    return 2;
+  }
+
+  try {
+    if (*check) {
+      lumen::DiagnosticEngine diags;
+      auto ast = check_dsl(file, diags);
+      if (!ast) return 1;
+      // The lowering's limits are errors of `check` too.
+      lumen::DiagnosticEngine lowering_diags;
+      lowering_diags.add_source(file, read_text(file));
+      auto lowered = lumen::ir::lower_ast(*ast, lowering_diags);
+      lowering_diags.print(std::cerr);
+      return lowered ? 0 : 1;
+    }
+    if (*dump_ir) {
+      auto values = parse_settings(settings);
+      lumen::ir::Module m = load_ir(file);
+      if (!only.empty()) {
+        const auto* pass = lumen::passes::find_pass(only);
+        if (!pass) throw Failure("unknown pass '" + only + "' (see lumenc dump-ir --help)");
+        pass->run(m);
+        lumen::ir::verify_or_throw(m);
+        std::cout << lumen::ir::print_module(m);
+        return 0;
+      }
+      if (after == "lower") {
+        std::cout << lumen::ir::print_module(m);
+        return 0;
+      }
+      bool all = after == "all";
+      if (!all && !lumen::passes::find_pass(after))
+        throw Failure("unknown pass '" + after + "' (see lumenc dump-ir --help)");
+      lumen::passes::run_pipeline(
+          m,
+          [&](const lumen::passes::PassInfo& pass, const lumen::ir::Module& current) {
+            if (all) std::cout << "// ----- IR after " << pass.name << " -----\n" << lumen::ir::print_module(current);
+          },
+          all ? std::string_view{} : std::string_view{after});
+      if (!all) std::cout << lumen::ir::print_module(m);
+      if (m.memory) std::cout << arena_report(m, values);
+      return 0;
+    }
+    if (*dump_program) {
+      std::cout << lumen::program::serialize(compile_to_program(file));
+      return 0;
+    }
+    if (*compile) {
+      lumen::program::Program program = compile_to_program(file);
+      lumen::codegen::emit_model_so(program, parse_target(target), output);
+      return 0;
+    }
+  } catch (const Failure& e) {
+    std::cerr << "lumenc: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "lumenc: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
