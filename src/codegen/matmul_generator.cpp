@@ -66,10 +66,8 @@ class MatMulGenerator : public CodeGenerator {
  private:
   // ------------------------------------------------------------ registers
   Xmm vec(int i) const { return avx512_ ? Xmm(Zmm(i)) : Xmm(Ymm(i)); }
-  int acc_index(int pc, int tc, int g, int h, int t) const {
-    (void)pc;
-    return (g * halves_ + h) * tc + t;
-  }
+  // Accumulator of (packed group g, vector half h, token t) in a body of tc tokens.
+  int acc_index(int tc, int g, int h, int t) const { return (g * halves_ + h) * tc + t; }
   // Temporaries live above the 2 * nacc accumulators of the widest body.
   int max_acc() const { return int(shape_.groups * mult_ * halves_ * shape_.tokens); }
   Xmm tmp_w() const { return vec(2 * max_acc() + 0); }
@@ -78,6 +76,12 @@ class MatMulGenerator : public CodeGenerator {
   Xmm tmp_x() const { return vec(2 * max_acc() + 3); }
   Xmm ones() const { return vec(2 * max_acc() + 4); }
   Xmm zero() const { return vec(2 * max_acc() + 5); }
+  // VNNI tiles of several groups broadcast each activation dword once into a
+  // register and reuse it for every group, when the registers allow.
+  bool x_in_regs(int pc, int tc) const {
+    return isa_ == Isa::Avx512Vnni && pc > 1 && 2 * max_acc() + 4 + tc <= 32;
+  }
+  Xmm x_reg(int t) const { return vec(2 * max_acc() + 4 + t); }
 
   // Pointer registers: the packed groups of a body take the first ones, its
   // tokens the next ones (a GEMV has 1 token, so it can stream 8 groups).
@@ -288,7 +292,7 @@ class MatMulGenerator : public CodeGenerator {
     for (int i = 0; i < pc; ++i) {
       for (int h = 0; h < halves_; ++h) {
         for (int t = 0; t < tc; ++t) {
-          const Xmm acc = vec(acc_index(pc, tc, i, h, t));
+          const Xmm acc = vec(acc_index(tc, i, h, t));
           if (isa_ == Isa::Avx512Vnni) {
             vpbroadcastd(acc, dword[token_ptr_[t] + xoff_ + offsetof(ActBlock, sum)]);
           } else {
@@ -308,6 +312,9 @@ class MatMulGenerator : public CodeGenerator {
     for (int j = 0; j < kQ8Block / 4; ++j) {
       const int qoff = int(kPackedScaleBytes) + 64 * j;
       const int xq = int(offsetof(ActBlock, qs)) + 4 * j;
+      if (x_in_regs(pc, tc)) {
+        for (int t = 0; t < tc; ++t) vpbroadcastd(x_reg(t), ptr[token_ptr_[t] + xoff_ + xq]);
+      }
       for (int i = 0; i < pc; ++i) {
         for (int h = 0; h < halves_; ++h) {
           const Address w_addr = ptr[group_ptr_[i] + woff_ + qoff + vec_bytes * h];
@@ -315,7 +322,11 @@ class MatMulGenerator : public CodeGenerator {
           if (isa_ == Isa::Avx512Vnni) {
             vmovdqu8(w, w_addr);
             for (int t = 0; t < tc; ++t) {
-              vpdpbusd(vec(acc_index(pc, tc, i, h, t)), w, ptr_b[token_ptr_[t] + xoff_ + xq]);
+              if (x_in_regs(pc, tc)) {
+                vpdpbusd(vec(acc_index(tc, i, h, t)), w, x_reg(t));
+              } else {
+                vpdpbusd(vec(acc_index(tc, i, h, t)), w, ptr_b[token_ptr_[t] + xoff_ + xq]);
+              }
             }
           } else if (isa_ == Isa::Avx512) {
             vmovdqu8(w, w_addr);
@@ -327,7 +338,7 @@ class MatMulGenerator : public CodeGenerator {
               vpsubb(sx | k2, zero(), sx);
               vpmaddubsw(sx, w, sx);
               vpmaddwd(sx, sx, ones());
-              const Xmm acc = vec(acc_index(pc, tc, i, h, t));
+              const Xmm acc = vec(acc_index(tc, i, h, t));
               vpaddd(acc, acc, sx);
             }
           } else {
@@ -340,7 +351,7 @@ class MatMulGenerator : public CodeGenerator {
               vpsignb(sx, sx, w);
               vpmaddubsw(sx, aw, sx);
               vpmaddwd(sx, sx, ones());
-              const Xmm acc = vec(acc_index(pc, tc, i, h, t));
+              const Xmm acc = vec(acc_index(tc, i, h, t));
               vpaddd(acc, acc, sx);
             }
           }
@@ -360,7 +371,7 @@ class MatMulGenerator : public CodeGenerator {
             vbroadcastss(scale, ptr[token_ptr_[t] + xoff_ + offsetof(ActBlock, d)]);
             vmulps(scale, scale, s);
           }
-          const int a = acc_index(pc, tc, i, h, t);
+          const int a = acc_index(tc, i, h, t);
           vcvtdq2ps(vec(a), vec(a));
           vfmadd231ps(vec(nacc + a), vec(a), scale);
         }
@@ -394,7 +405,6 @@ class MatMulGenerator : public CodeGenerator {
   }
 
   void epilogue(int gc, int tc, int nacc) {
-    const int pc = gc * int(mult_);
     const Epilogue epi = spec_.epilogue;
     const bool bias = epi == Epilogue::Bias || epi == Epilogue::BiasResidual;
     const bool residual = epi == Epilogue::Residual || epi == Epilogue::BiasResidual;
@@ -455,9 +465,9 @@ class MatMulGenerator : public CodeGenerator {
             shl(r_ptr, 2);
             add(r_ptr, qword[args_ + kArgResidual]);
           }
-          Xmm v = vec(nacc + acc_index(pc, tc, g * int(mult_), h, t));
+          Xmm v = vec(nacc + acc_index(tc, g * int(mult_), h, t));
           if (epi == Epilogue::SiluMul) {
-            const Xmm up = vec(nacc + acc_index(pc, tc, g * 2 + 1, h, t));
+            const Xmm up = vec(nacc + acc_index(tc, g * 2 + 1, h, t));
             const Xmm e = tmp_x();
             exp_neg(v, e, tmp_s(), tmp_t());
             vaddps(e, e, cst(kOne));

@@ -128,6 +128,10 @@ class Lowering {
           h.default_value = param.default_value;
           break;
       }
+      // Integer params are sizes and counts (they divide and multiply
+      // shapes): the loader rejects anything below 1 with a message naming
+      // the param, before a shape evaluates to zero or divides by it.
+      if (h.kind == program::HParam::Kind::Int) h.min_value = 1;
       p.hparams.push_back(std::move(h));
     }
   }

@@ -85,12 +85,84 @@ __attribute__((target("avx2,fma,f16c"))) inline float hsum(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
+// exp(x) for 8 lanes with x <= 0: 2^n * poly(r), r = x - n*ln2 split in two
+// parts, a degree-7 Taylor polynomial (|r| <= ln2/2: under 1e-8 relative
+// truncation), 0 below -87.3 where expf underflows.
+__attribute__((target("avx2,fma,f16c"))) inline __m256 exp_nonpositive(__m256 x) {
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  // 2^n for n in [-126, 0] built from the exponent bits.
+  const __m256i bits = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_max_ps(n, _mm256_set1_ps(-126.0f))), _mm256_set1_epi32(127)), 23);
+  const __m256 result = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+  return _mm256_and_ps(result, _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_GE_OQ));
+}
+
+// softmax<kF16> with the scaling, max and final rounding vectorized (F16C
+// rounds to nearest even, like the scalar conversion); same arithmetic.
+template <bool kF16>
+__attribute__((target("avx2,fma,f16c"))) void softmax_avx2(float* scores, int64_t n, float scale) {
+  const __m256 vscale = _mm256_set1_ps(scale);
+  __m256 vmax = _mm256_set1_ps(-INFINITY);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    __m256 v = _mm256_mul_ps(_mm256_loadu_ps(scores + j), vscale);
+    _mm256_storeu_ps(scores + j, v);
+    vmax = _mm256_max_ps(vmax, v);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, vmax);
+  float max = -INFINITY;
+  for (float l : lanes) max = std::fmax(max, l);
+  for (; j < n; ++j) {
+    scores[j] *= scale;
+    max = std::fmax(max, scores[j]);
+  }
+  const __m256 vmax_all = _mm256_set1_ps(max);
+  for (j = 0; j + 8 <= n; j += 8)
+    _mm256_storeu_ps(scores + j, exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(scores + j), vmax_all)));
+  for (; j < n; ++j) scores[j] = std::exp(scores[j] - max);
+  double sum = 0;
+  for (j = 0; j < n; ++j) sum += static_cast<double>(scores[j]);
+  const float inv = static_cast<float>(1.0 / sum);
+  const __m256 vinv = _mm256_set1_ps(inv);
+  for (j = 0; j + 8 <= n; j += 8) {
+    __m256 p = _mm256_mul_ps(_mm256_loadu_ps(scores + j), vinv);
+    if constexpr (kF16) p = _mm256_cvtph_ps(_mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT));
+    _mm256_storeu_ps(scores + j, p);
+  }
+  for (; j < n; ++j) {
+    float p = scores[j] * inv;
+    scores[j] = kF16 ? round_to_f16(p) : p;
+  }
+}
+
 // head_dim is a multiple of 8 here.
 template <bool kF16>
 __attribute__((target("avx2,fma,f16c"))) void attention_avx2(const AttentionHead& a) {
   alignas(32) float q[kMaxHeadDim];
   for (int64_t d = 0; d < a.head_dim; ++d) q[d] = kF16 ? round_to_f16(a.q[d]) : a.q[d];
-  for (int64_t j = 0; j < a.n_keys; ++j) {
+  // Four keys at a time: independent FMA chains instead of one latency-bound chain.
+  int64_t j = 0;
+  for (; j + 4 <= a.n_keys; j += 4) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t d = 0; d < a.head_dim; d += 8) {
+      const __m256 qv = _mm256_load_ps(q + d);
+      for (int64_t u = 0; u < 4; ++u) acc[u] = _mm256_fmadd_ps(qv, load8<kF16>(a.k, (j + u) * a.row_stride + d), acc[u]);
+    }
+    for (int64_t u = 0; u < 4; ++u) a.scores[j + u] = hsum(acc[u]);
+  }
+  for (; j < a.n_keys; ++j) {
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     const int64_t row = j * a.row_stride;
     int64_t d = 0;
@@ -101,7 +173,7 @@ __attribute__((target("avx2,fma,f16c"))) void attention_avx2(const AttentionHead
     if (d < a.head_dim) acc0 = _mm256_fmadd_ps(_mm256_load_ps(q + d), load8<kF16>(a.k, row + d), acc0);
     a.scores[j] = hsum(_mm256_add_ps(acc0, acc1));
   }
-  softmax<kF16>(a.scores, a.n_keys, a.scale);
+  softmax_avx2<kF16>(a.scores, a.n_keys, a.scale);
   // Output in blocks of 64 dims held in eight registers across all keys.
   for (int64_t d0 = 0; d0 < a.head_dim; d0 += 64) {
     const int64_t lanes = std::min<int64_t>(64, a.head_dim - d0) / 8;
@@ -122,6 +194,63 @@ __attribute__((target("avx2,fma,f16c"))) void attention_avx2(const AttentionHead
     }
     for (int64_t r = 0; r < lanes; ++r) _mm256_storeu_ps(a.out + d0 + 8 * r, acc[r]);
   }
+}
+
+// ---------------------------------------------------------------- AVX-512
+// GCC 12's avx512fintrin.h builds some intrinsics from _mm512_undefined_*()
+// and then warns about it (-Wmaybe-uninitialized) when they are inlined.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+template <bool kF16>
+__attribute__((target("avx512f,avx2,fma,f16c"))) inline __m512 load16(const void* base, int64_t i) {
+  if constexpr (kF16)
+    return _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + i)));
+  else
+    return _mm512_loadu_ps(static_cast<const float*>(base) + i);
+}
+
+// attention_avx2 with 16-lane vectors; head_dim is a multiple of 16 here.
+template <bool kF16>
+__attribute__((target("avx512f,avx2,fma,f16c"))) void attention_avx512(const AttentionHead& a) {
+  alignas(64) float q[kMaxHeadDim];
+  for (int64_t d = 0; d < a.head_dim; ++d) q[d] = kF16 ? round_to_f16(a.q[d]) : a.q[d];
+  int64_t j = 0;
+  for (; j + 4 <= a.n_keys; j += 4) {
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int64_t d = 0; d < a.head_dim; d += 16) {
+      const __m512 qv = _mm512_load_ps(q + d);
+      for (int64_t u = 0; u < 4; ++u)
+        acc[u] = _mm512_fmadd_ps(qv, load16<kF16>(a.k, (j + u) * a.row_stride + d), acc[u]);
+    }
+    for (int64_t u = 0; u < 4; ++u) a.scores[j + u] = _mm512_reduce_add_ps(acc[u]);
+  }
+  for (; j < a.n_keys; ++j) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t d = 0; d < a.head_dim; d += 16)
+      acc = _mm512_fmadd_ps(_mm512_load_ps(q + d), load16<kF16>(a.k, j * a.row_stride + d), acc);
+    a.scores[j] = _mm512_reduce_add_ps(acc);
+  }
+  softmax_avx2<kF16>(a.scores, a.n_keys, a.scale);
+  // Output in blocks of 128 dims held in eight registers across all keys.
+  for (int64_t d0 = 0; d0 < a.head_dim; d0 += 128) {
+    const int64_t lanes = std::min<int64_t>(128, a.head_dim - d0) / 16;
+    __m512 acc[8];
+    for (int r = 0; r < 8; ++r) acc[r] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < a.n_keys; ++k) {
+      const __m512 p = _mm512_set1_ps(a.scores[k]);
+      const int64_t row = k * a.row_stride + d0;
+      for (int64_t r = 0; r < lanes; ++r) acc[r] = _mm512_fmadd_ps(p, load16<kF16>(a.v, row + 16 * r), acc[r]);
+    }
+    for (int64_t r = 0; r < lanes; ++r) _mm512_storeu_ps(a.out + d0 + 16 * r, acc[r]);
+  }
+}
+
+#pragma GCC diagnostic pop
+
+bool use_avx512() {
+  static const bool yes = use_avx2() && (cpu_features() & kCpuAvx512f) != 0;
+  return yes;
 }
 
 }  // namespace
@@ -165,14 +294,18 @@ void rope(float* x, int64_t n_heads, int64_t head_dim, const float* cos_sin, pro
 }
 
 void attention_head_f16(const AttentionHead& a) {
-  if (use_avx2() && a.head_dim % 8 == 0)
+  if (use_avx512() && a.head_dim % 16 == 0)
+    attention_avx512<true>(a);
+  else if (use_avx2() && a.head_dim % 8 == 0)
     attention_avx2<true>(a);
   else
     attention_scalar<true>(a);
 }
 
 void attention_head_f32(const AttentionHead& a) {
-  if (use_avx2() && a.head_dim % 8 == 0)
+  if (use_avx512() && a.head_dim % 16 == 0)
+    attention_avx512<false>(a);
+  else if (use_avx2() && a.head_dim % 8 == 0)
     attention_avx2<false>(a);
   else
     attention_scalar<false>(a);

@@ -2,6 +2,7 @@
 // with a plain transcription of ggml's x86 quantize_row_q8_0.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <random>
 #include <vector>

@@ -267,6 +267,9 @@ TEST(Pipeline, Qwen2ProgramMatchesTheHandWrittenOne) {
     EXPECT_EQ(mine.hparams[i].name, ref.hparams[i].name);
     EXPECT_EQ(mine.hparams[i].gguf_key, ref.hparams[i].gguf_key);
     EXPECT_EQ(mine.hparams[i].required, ref.hparams[i].required) << ref.hparams[i].name;
+    if (mine.hparams[i].kind == lumen::program::HParam::Kind::Int) {
+      EXPECT_EQ(mine.hparams[i].min_value, 1.0) << ref.hparams[i].name;
+    }
   }
   ASSERT_EQ(mine.weights.size(), ref.weights.size());
   auto hp = resolve(ref, kQwen05b);
