@@ -3,6 +3,7 @@
 // the memory plan (no two live buffers overlap), and the Program compared
 // with the hand-written tests/data/qwen2.program.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <sys/wait.h>
 
@@ -401,7 +402,7 @@ TEST(PlanMemory, RefusesRopeWhoseInputIsReadAfterwards) {
 int run_lumenc(const std::string& args, std::string* out) {
   std::string exe = std::string(LUMEN_BINARY_DIR) + "/tools/lumenc";
   if (!std::ifstream(exe).good()) return -1;
-  std::string out_path = std::string(LUMEN_BINARY_DIR) + "/tests/passes/lumenc_test.out";
+  std::string out_path = std::string(LUMEN_BINARY_DIR) + "/tests/passes/lumenc_test." + std::to_string(getpid()) + ".out";
   int status = std::system((exe + " " + args + " > " + out_path + " 2>&1").c_str());
   *out = read_file(out_path);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -2;

@@ -3,6 +3,7 @@
 // misshapen or mistyped tensor is one LoadError naming the culprit; eval()
 // refuses context overflow and bad ids without changing the session.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -112,7 +113,7 @@ std::string synth_gguf(const std::string& name, const SynthOptions& o = {}) {
   }
   add("output_norm.weight", F32, {kEmbd});
   add("output.weight", Q8, {kEmbd, kVocab});
-  fs::path dir = fs::path(LUMEN_BINARY_DIR) / "tests" / "runtime" / "binding_test_files";
+  fs::path dir = fs::path(LUMEN_BINARY_DIR) / "tests" / "runtime" / "binding_test_files" / std::to_string(getpid());
   fs::create_directories(dir);
   std::string path = (dir / (name + ".gguf")).string();
   w.write(path);

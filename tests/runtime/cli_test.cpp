@@ -3,6 +3,7 @@
 // line on stderr, exit 1 (runtime) or 2 (command line), never a crash or hang.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -42,11 +43,17 @@ std::string quote(const std::string& s) {
 class Cli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = fs::path(LUMEN_BINARY_DIR) / "tests" / "runtime" / "cli_test_files";
+    // One folder per process: ctest runs the tests of this suite in parallel.
+    dir_ = fs::path(LUMEN_BINARY_DIR) / "tests" / "runtime" / "cli_test_files" / std::to_string(getpid());
     fs::create_directories(dir_);
     model_so_ = (dir_ / "qwen2.so").string();
     program::Program p = program::deserialize(testing::read_file(testing::qwen2_program_path()));
     codegen::emit_model_so(p, best_isa(cpu_features()), model_so_);
+  }
+
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
   }
 
   // Runs lumen-run with the arguments (each shell-quoted) and optional stdin text.
