@@ -69,7 +69,7 @@ void plan_memory(ir::Module& m);
 
 /// The scheduled, memory-planned IR as a program::Program (weights in ggml
 /// order, views as column ranges, one op list per loop iteration). Throws
-/// ir::IrError for IR it cannot express (e.g. a standalone softmax).
+/// ir::IrError for IR it cannot express (e.g. without a memory plan).
 /// Preconditions: plan_memory.
 program::Program lower_to_program(const ir::Module& m);
 

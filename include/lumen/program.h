@@ -119,6 +119,7 @@ enum class OpKind : uint8_t {
   Silu,          // out = in0 * sigmoid(in0)
   SiluMul,       // out = silu(in0) * in1
   TakeLast,      // out[0,:] = in0[N-1,:]
+  Softmax,       // out = softmax(in0) over each row: exp(x - max(row)) / sum, the sum in double
 };
 const char* to_string(OpKind k);
 

@@ -288,8 +288,7 @@ class Lowering {
       case ir::OpKind::Silu: p.kind = program::OpKind::Silu; break;
       case ir::OpKind::SiluMul: p.kind = program::OpKind::SiluMul; break;
       case ir::OpKind::Last: p.kind = program::OpKind::TakeLast; break;
-      case ir::OpKind::Softmax:
-        fail(detail::describe(op) + ": a standalone softmax has no program op yet (use attention)");
+      case ir::OpKind::Softmax: p.kind = program::OpKind::Softmax; break;
       case ir::OpKind::View: break;
     }
     out.push_back(std::move(p));

@@ -161,6 +161,7 @@ const char* to_string(OpKind k) {
     case OpKind::Silu: return "Silu";
     case OpKind::SiluMul: return "SiluMul";
     case OpKind::TakeLast: return "TakeLast";
+    case OpKind::Softmax: return "Softmax";
   }
   return "?";
 }

@@ -557,7 +557,8 @@ Enum parse_enum(const std::string& text, const Enum (&values)[N], const char* (*
 constexpr DType kDTypes[] = {DType::F32, DType::F16, DType::Q8_0, DType::ActQ8, DType::I32};
 constexpr OpKind kOpKinds[] = {OpKind::Embed, OpKind::RmsNorm, OpKind::RmsNormQuant, OpKind::Quantize,
                                OpKind::MatMul, OpKind::Rope, OpKind::Attention, OpKind::Add,
-                               OpKind::Mul, OpKind::Silu, OpKind::SiluMul, OpKind::TakeLast};
+                               OpKind::Mul, OpKind::Silu, OpKind::SiluMul, OpKind::TakeLast,
+                               OpKind::Softmax};
 constexpr Epilogue kEpilogues[] = {Epilogue::None, Epilogue::Bias, Epilogue::Residual,
                                    Epilogue::BiasResidual, Epilogue::SiluMul};
 constexpr Check::Cmp kCmps[] = {Check::Cmp::Eq, Check::Cmp::Ne, Check::Cmp::Lt,

@@ -3,7 +3,9 @@
 #include <cpuid.h>
 
 #include <stdexcept>
+#include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "lumen/kernel_abi.h"
 
@@ -50,8 +52,21 @@ uint64_t detect_features() {
 
 }  // namespace
 
+// LUMEN_MAX_CPU_ISA=avx2|avx512|avx512-vnni caps the features reported, as
+// oneDNN's ONEDNN_MAX_CPU_ISA does: it lets one machine run the code paths of
+// an older CPU (and shows how a model.so for a newer one is refused).
+static uint64_t capped_features() {
+  uint64_t features = detect_features();
+  const char* cap = std::getenv("LUMEN_MAX_CPU_ISA");
+  if (cap == nullptr || *cap == '\0') return features;
+  for (Isa isa : {Isa::Avx512Vnni, Isa::Avx512, Isa::Avx2})
+    if (std::string_view(cap) == to_string(isa)) return features & required_features(isa);
+  throw std::runtime_error(std::string("LUMEN_MAX_CPU_ISA='") + cap +
+                           "' is not one of avx512-vnni, avx512, avx2");
+}
+
 uint64_t cpu_features() {
-  static const uint64_t features = detect_features();
+  static const uint64_t features = capped_features();
   return features;
 }
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "lumen/kernel_abi.h"
 #include "lumen/numeric.h"
@@ -132,8 +133,18 @@ __attribute__((target("avx2,fma,f16c"))) void softmax_avx2(float* scores, int64_
   for (j = 0; j + 8 <= n; j += 8)
     _mm256_storeu_ps(scores + j, exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(scores + j), vmax_all)));
   for (; j < n; ++j) scores[j] = std::exp(scores[j] - max);
-  double sum = 0;
-  for (j = 0; j < n; ++j) sum += static_cast<double>(scores[j]);
+  // Double sum in four vector lanes plus a scalar tail: the order differs
+  // from a serial sum only far below float resolution of 1/sum.
+  __m256d vsum0 = _mm256_setzero_pd(), vsum1 = _mm256_setzero_pd();
+  for (j = 0; j + 8 <= n; j += 8) {
+    const __m256 e = _mm256_loadu_ps(scores + j);
+    vsum0 = _mm256_add_pd(vsum0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    vsum1 = _mm256_add_pd(vsum1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+  }
+  alignas(32) double partial[4];
+  _mm256_store_pd(partial, _mm256_add_pd(vsum0, vsum1));
+  double sum = (partial[0] + partial[1]) + (partial[2] + partial[3]);
+  for (; j < n; ++j) sum += static_cast<double>(scores[j]);
   const float inv = static_cast<float>(1.0 / sum);
   const __m256 vinv = _mm256_set1_ps(inv);
   for (j = 0; j + 8 <= n; j += 8) {
@@ -246,6 +257,119 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) void attention_avx512(const Att
   }
 }
 
+// attention_block for AVX-512 as two small GEMMs. Rows are the (token, head)
+// queries, token-major. K is converted once into 32-key panels stored
+// transposed (panel[d][key]) so a 6-row x 32-key score tile is 12
+// accumulators fed by broadcast q values; V is converted once into f32 rows
+// and a 6-row x 64-dim output tile is 24 accumulators. Tiles stop at the last
+// key their rows can see (causal bound); probabilities past a row's own bound
+// are zero, so the shared tile bound does not change its sums.
+template <bool kF16>
+__attribute__((target("avx512f,avx2,fma,f16c"))) void attention_block_avx512(const AttentionBlock& b) {
+  constexpr int64_t kRows = 6, kPanel = 32;
+  const int64_t hd = b.head_dim, heads = b.n_heads;
+  const int64_t n_rows = b.n_tokens * heads;
+  const int64_t rows_pad = (n_rows + kRows - 1) / kRows * kRows;
+  const int64_t n_keys = b.first_n_keys + b.n_tokens - 1;  // what the last token sees
+  const int64_t keys_pad = (n_keys + kPanel - 1) / kPanel * kPanel;
+  thread_local std::vector<float> qs, kt, vf, s;
+  qs.assign(static_cast<size_t>(rows_pad * hd), 0.0f);
+  kt.resize(static_cast<size_t>(keys_pad * hd));
+  vf.resize(static_cast<size_t>(n_keys * hd));
+  s.resize(static_cast<size_t>(rows_pad * keys_pad));
+  auto keys_of_row = [&](int64_t row) { return b.first_n_keys + row / heads; };
+
+  for (int64_t i = 0; i < n_rows; ++i) {
+    const float* src = b.q + (i / heads) * b.q_token_stride + (i % heads) * hd;
+    for (int64_t d = 0; d < hd; d += 16) {
+      __m512 x = _mm512_loadu_ps(src + d);
+      if constexpr (kF16) x = _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+      _mm512_storeu_ps(qs.data() + i * hd + d, x);
+    }
+  }
+  alignas(64) float row[kMaxHeadDim];
+  for (int64_t j = 0; j < keys_pad; ++j) {
+    float* panel = kt.data() + (j / kPanel) * hd * kPanel + j % kPanel;
+    if (j < n_keys) {
+      for (int64_t d = 0; d < hd; d += 16) _mm512_store_ps(row + d, load16<kF16>(b.k, j * b.row_stride + d));
+      for (int64_t d = 0; d < hd; ++d) panel[d * kPanel] = row[d];
+      for (int64_t d = 0; d < hd; d += 16)
+        _mm512_storeu_ps(vf.data() + j * hd + d, load16<kF16>(b.v, j * b.row_stride + d));
+    } else {
+      for (int64_t d = 0; d < hd; ++d) panel[d * kPanel] = 0.0f;
+    }
+  }
+
+  // Scores.
+  for (int64_t r0 = 0; r0 < n_rows; r0 += kRows) {
+    const int64_t tile_keys = keys_of_row(std::min(r0 + kRows, n_rows) - 1);
+    const float* q = qs.data() + r0 * hd;
+    for (int64_t p0 = 0; p0 < tile_keys; p0 += kPanel) {
+      const float* panel = kt.data() + p0 * hd;
+      __m512 acc[kRows][2];
+      for (int64_t r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+      for (int64_t d = 0; d < hd; ++d) {
+        const __m512 k0 = _mm512_loadu_ps(panel + d * kPanel), k1 = _mm512_loadu_ps(panel + d * kPanel + 16);
+        for (int64_t r = 0; r < kRows; ++r) {
+          const __m512 qv = _mm512_set1_ps(q[r * hd + d]);
+          acc[r][0] = _mm512_fmadd_ps(qv, k0, acc[r][0]);
+          acc[r][1] = _mm512_fmadd_ps(qv, k1, acc[r][1]);
+        }
+      }
+      for (int64_t r = 0; r < kRows; ++r) {
+        float* out = s.data() + (r0 + r) * keys_pad + p0;
+        _mm512_storeu_ps(out, acc[r][0]);
+        _mm512_storeu_ps(out + 16, acc[r][1]);
+      }
+    }
+  }
+  // Probabilities; zero past each row's causal bound (and whole padding rows).
+  for (int64_t i = 0; i < rows_pad; ++i) {
+    float* scores = s.data() + i * keys_pad;
+    const int64_t nk = i < n_rows ? keys_of_row(i) : 0;
+    if (nk > 0) softmax_avx2<kF16>(scores, nk, b.scale);
+    std::fill(scores + nk, scores + keys_pad, 0.0f);
+  }
+  // Output = P V.
+  for (int64_t r0 = 0; r0 < n_rows; r0 += kRows) {
+    const int64_t tile_keys = keys_of_row(std::min(r0 + kRows, n_rows) - 1);
+    const float* p = s.data() + r0 * keys_pad;
+    for (int64_t d0 = 0; d0 < hd; d0 += 64) {
+      const int64_t lanes = std::min<int64_t>(64, hd - d0) / 16;
+      __m512 acc[kRows][4];
+      for (int64_t r = 0; r < kRows; ++r)
+        for (int64_t l = 0; l < 4; ++l) acc[r][l] = _mm512_setzero_ps();
+      if (lanes == 4) {
+        for (int64_t k = 0; k < tile_keys; ++k) {
+          const float* v = vf.data() + k * hd + d0;
+          const __m512 v0 = _mm512_loadu_ps(v), v1 = _mm512_loadu_ps(v + 16), v2 = _mm512_loadu_ps(v + 32),
+                       v3 = _mm512_loadu_ps(v + 48);
+          for (int64_t r = 0; r < kRows; ++r) {
+            const __m512 pv = _mm512_set1_ps(p[r * keys_pad + k]);
+            acc[r][0] = _mm512_fmadd_ps(pv, v0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(pv, v1, acc[r][1]);
+            acc[r][2] = _mm512_fmadd_ps(pv, v2, acc[r][2]);
+            acc[r][3] = _mm512_fmadd_ps(pv, v3, acc[r][3]);
+          }
+        }
+      } else {
+        for (int64_t k = 0; k < tile_keys; ++k) {
+          const float* v = vf.data() + k * hd + d0;
+          for (int64_t r = 0; r < kRows; ++r) {
+            const __m512 pv = _mm512_set1_ps(p[r * keys_pad + k]);
+            for (int64_t l = 0; l < lanes; ++l) acc[r][l] = _mm512_fmadd_ps(pv, _mm512_loadu_ps(v + 16 * l), acc[r][l]);
+          }
+        }
+      }
+      for (int64_t r = 0; r < kRows && r0 + r < n_rows; ++r) {
+        const int64_t i = r0 + r;
+        float* out = b.out + (i / heads) * b.out_token_stride + (i % heads) * hd + d0;
+        for (int64_t l = 0; l < lanes; ++l) _mm512_storeu_ps(out + 16 * l, acc[r][l]);
+      }
+    }
+  }
+}
+
 #pragma GCC diagnostic pop
 
 bool use_avx512() {
@@ -255,7 +379,40 @@ bool use_avx512() {
 
 }  // namespace
 
+namespace {
+// rms_norm with the same float squares and products; the double sum runs in
+// eight lanes (order differs only far below float resolution).
+__attribute__((target("avx2,fma,f16c"))) void rms_norm_avx2(const float* x, const float* w, float* y, int64_t n,
+                                                             float eps) {
+  __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256 sq = _mm256_mul_ps(v, v);
+    acc0 = _mm256_add_pd(acc0, _mm256_cvtps_pd(_mm256_castps256_ps128(sq)));
+    acc1 = _mm256_add_pd(acc1, _mm256_cvtps_pd(_mm256_extractf128_ps(sq, 1)));
+  }
+  alignas(32) double partial[4];
+  _mm256_store_pd(partial, _mm256_add_pd(acc0, acc1));
+  double sum = (partial[0] + partial[1]) + (partial[2] + partial[3]);
+  for (; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
+  const float mean = static_cast<float>(sum / static_cast<double>(n));
+  const float scale = 1.0f / std::sqrt(mean + eps);
+  const __m256 vscale = _mm256_set1_ps(scale);
+  for (i = 0; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vscale), _mm256_loadu_ps(w + i)));
+  for (; i < n; ++i) {
+    float normed = x[i] * scale;
+    y[i] = normed * w[i];
+  }
+}
+}  // namespace
+
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
+  if (use_avx2()) {
+    rms_norm_avx2(x, w, y, n, eps);
+    return;
+  }
   double sum = 0;
   for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
   const float mean = static_cast<float>(sum / static_cast<double>(n));
@@ -311,7 +468,61 @@ void attention_head_f32(const AttentionHead& a) {
     attention_scalar<false>(a);
 }
 
+namespace {
+// Per-query fallback for CPUs or head sizes the blocked kernel does not cover.
+void attention_block_by_head(const AttentionBlock& b, bool f16) {
+  thread_local std::vector<float> scores;
+  scores.resize(static_cast<size_t>(b.first_n_keys + b.n_tokens));
+  for (int64_t t = 0; t < b.n_tokens; ++t)
+    for (int64_t g = 0; g < b.n_heads; ++g) {
+      AttentionHead a{};
+      a.q = b.q + t * b.q_token_stride + g * b.head_dim;
+      a.k = b.k;
+      a.v = b.v;
+      a.row_stride = b.row_stride;
+      a.n_keys = b.first_n_keys + t;
+      a.head_dim = b.head_dim;
+      a.scale = b.scale;
+      a.scores = scores.data();
+      a.out = b.out + t * b.out_token_stride + g * b.head_dim;
+      if (f16)
+        attention_head_f16(a);
+      else
+        attention_head_f32(a);
+    }
+}
+}  // namespace
+
+void attention_block_f16(const AttentionBlock& b) {
+  if (use_avx512() && b.head_dim % 16 == 0 && b.head_dim <= kMaxHeadDim)
+    attention_block_avx512<true>(b);
+  else
+    attention_block_by_head(b, true);
+}
+
+void attention_block_f32(const AttentionBlock& b) {
+  if (use_avx512() && b.head_dim % 16 == 0 && b.head_dim <= kMaxHeadDim)
+    attention_block_avx512<false>(b);
+  else
+    attention_block_by_head(b, false);
+}
+
+namespace {
+__attribute__((target("avx2,fma,f16c"))) void to_f16_f16c(const float* x, uint16_t* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+  for (; i < n; ++i) out[i] = f32_to_f16(x[i]);
+}
+}  // namespace
+
 void to_f16(const float* x, uint16_t* out, int64_t n) {
+  // F16C rounds to nearest even, like f32_to_f16.
+  if (use_avx2()) {
+    to_f16_f16c(x, out, n);
+    return;
+  }
   for (int64_t i = 0; i < n; ++i) out[i] = f32_to_f16(x[i]);
 }
 

@@ -370,6 +370,7 @@ void Session::Impl::check_op(const ROp& r, size_t section, size_t index, int64_t
       need(f32(r.out) && r.out.cols == r.in[0].cols && r.out.rows == r.in[0].rows, "output must match the input");
       break;
     case OpKind::Silu:
+    case OpKind::Softmax:
       need(n_in == 1 && f32(r.in[0]), "input must be F32");
       need(f32(r.out) && r.out.cols == r.in[0].cols && r.out.rows == r.in[0].rows, "output must match the input");
       break;
@@ -435,23 +436,30 @@ void Session::Impl::run_attention(const ROp& r, int64_t layer, int64_t n) {
   });
   const int64_t group = r.n_heads / r.n_heads_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(r.head_dim));
-  pool->parallel_for(n * r.n_heads, [&](int64_t task, int thread) {
-    const int64_t t = task / r.n_heads, h = task % r.n_heads;
-    const int64_t kv_head = h / group;
-    ops::AttentionHead a{};
-    a.q = r.in[0].f32(t) + h * r.head_dim;
-    a.k = kc + kv_head * r.head_dim * kv_elem;
-    a.v = vc + kv_head * r.head_dim * kv_elem;
-    a.row_stride = kv_dim;
-    a.n_keys = pos0 + t + 1;  // causal: this token and everything before it
-    a.head_dim = r.head_dim;
-    a.scale = scale;
-    a.scores = scratch[static_cast<size_t>(thread)].scores.data();
-    a.out = r.out.f32(t) + h * r.head_dim;
+  // Tasks are (kv head, block of kAttentionTokens tokens): the block's
+  // query heads share each converted K/V row. Fixed block size, so results
+  // do not depend on the thread count.
+  constexpr int64_t kAttentionTokens = 16;
+  const int64_t token_blocks = (n + kAttentionTokens - 1) / kAttentionTokens;
+  pool->parallel_for(token_blocks * r.n_heads_kv, [&](int64_t task, int) {
+    const int64_t t0 = (task / r.n_heads_kv) * kAttentionTokens, kv_head = task % r.n_heads_kv;
+    ops::AttentionBlock b{};
+    b.q = r.in[0].f32(t0) + kv_head * group * r.head_dim;
+    b.q_token_stride = r.in[0].stride / static_cast<int64_t>(sizeof(float));
+    b.k = kc + kv_head * r.head_dim * kv_elem;
+    b.v = vc + kv_head * r.head_dim * kv_elem;
+    b.row_stride = kv_dim;
+    b.n_tokens = std::min(kAttentionTokens, n - t0);
+    b.n_heads = group;
+    b.first_n_keys = pos0 + t0 + 1;  // causal: a token sees itself and everything before it
+    b.head_dim = r.head_dim;
+    b.scale = scale;
+    b.out = r.out.f32(t0) + kv_head * group * r.head_dim;
+    b.out_token_stride = r.out.stride / static_cast<int64_t>(sizeof(float));
     if (f16)
-      ops::attention_head_f16(a);
+      ops::attention_block_f16(b);
     else
-      ops::attention_head_f32(a);
+      ops::attention_block_f32(b);
   });
 }
 
@@ -533,6 +541,9 @@ void Session::Impl::run_op(const ROp& r, size_t section, size_t index, int64_t l
       });
       break;
     }
+    case OpKind::Softmax:
+      pool->parallel_for(rows, [&](int64_t i, int) { ops::softmax_row(r.in[0].f32(i), r.out.f32(i), r.in[0].cols); });
+      break;
     case OpKind::TakeLast:
       std::memmove(r.out.f32(0), r.in[0].f32(take_row), static_cast<size_t>(r.in[0].cols) * sizeof(float));
       break;

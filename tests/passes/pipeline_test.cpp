@@ -323,6 +323,36 @@ TEST(Lowering, LiteralsBecomeConstantParams) {
   EXPECT_EQ(h.default_value, 1e-6);
 }
 
+TEST(Lowering, StandaloneSoftmaxBecomesAProgramOp) {
+  // qwen2 returning probabilities instead of logits.
+  Module m = lower_dsl("dsl/qwen2.dsl", "return matmul(h, output)", "return softmax(matmul(h, output))");
+  ASSERT_EQ(lumen::ir::verify(m, /*require_types=*/false), std::vector<std::string>{});
+  lumen::passes::run_pipeline(m);
+  lumen::program::Program p = lumen::passes::lower_to_program(m);
+  ASSERT_FALSE(p.post.empty());
+  const lumen::program::Op& softmax = p.post.back();
+  EXPECT_EQ(softmax.kind, lumen::program::OpKind::Softmax);
+  ASSERT_EQ(softmax.inputs.size(), 1u);
+  EXPECT_EQ(softmax.output.buffer, p.logits_buffer);
+  EXPECT_GT(softmax.line, 0);
+  // It reads the output matmul's result, in a buffer of its own.
+  const lumen::program::Op& logits = p.post.at(p.post.size() - 2);
+  EXPECT_EQ(logits.kind, lumen::program::OpKind::MatMul);
+  EXPECT_EQ(softmax.inputs[0].buffer, logits.output.buffer);
+  EXPECT_NE(softmax.inputs[0].buffer, softmax.output.buffer);
+  const std::vector<double> hp = {151936, 32768, 896, 24, 4864, 14, 2, 1e6, 1e-6, 64, 128};
+  ASSERT_EQ(p.hparams.size(), hp.size());
+  EXPECT_EQ(softmax.inputs[0].cols.eval(hp, 1), 151936);
+  EXPECT_EQ(softmax.output.cols.eval(hp, 1), 151936);
+  // The op survives the text form.
+  std::string text = lumen::program::serialize(p);
+  EXPECT_NE(text.find("post op=Softmax "), std::string::npos);
+  lumen::program::Program back = lumen::program::deserialize(text);
+  ASSERT_EQ(back.post.size(), p.post.size());
+  EXPECT_EQ(back.post.back().kind, lumen::program::OpKind::Softmax);
+  EXPECT_EQ(lumen::program::serialize(back), text);
+}
+
 TEST(Lowering, ReportsWhatTheIrCannotExpress) {
   std::string diags;
   Module m = lower_dsl("dsl/qwen2.dsl", "h = rms_norm(x, attn_norm[l], rms_eps)",

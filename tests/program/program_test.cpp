@@ -59,6 +59,10 @@ TEST(Names, KernelNamesAndEnums) {
   EXPECT_EQ(kernel_name(false, Epilogue::Bias, 16, 4), "gemv.bias");
   EXPECT_EQ(kernel_name(true, Epilogue::SiluMul, 16, 4), "gemm.silu_mul.m16n4");
   EXPECT_STREQ(to_string(OpKind::RmsNormQuant), "RmsNormQuant");
+  EXPECT_STREQ(to_string(OpKind::Softmax), "Softmax");
+  // Appended last: the numbering of the existing kinds is unchanged.
+  EXPECT_EQ(static_cast<int>(OpKind::TakeLast), 11);
+  EXPECT_EQ(static_cast<int>(OpKind::Softmax), 12);
   EXPECT_STREQ(to_string(DType::Q8_0), "Q8_0");
   EXPECT_STREQ(to_string(Epilogue::BiasResidual), "bias_residual");
 }
@@ -135,6 +139,28 @@ TEST(Serialize, OddNamesRoundTripThroughIndices) {
   EXPECT_EQ(serialize(back), text);
 }
 
+TEST(Serialize, SoftmaxOpRoundTrips) {
+  Program p;
+  p.arch = "a";
+  p.buffers.push_back(Buffer{"x", DType::F32, Expr::tokens(), Expr::constant(5), Expr::constant(0)});
+  p.buffers.push_back(Buffer{"y", DType::F32, Expr::tokens(), Expr::constant(5), Expr::constant(64)});
+  Op op;
+  op.kind = OpKind::Softmax;
+  op.inputs = {View{0, Expr::constant(0), Expr::constant(5)}};
+  op.output = View{1, Expr::constant(0), Expr::constant(5)};
+  op.line = 3;
+  p.post.push_back(op);
+  std::string text = serialize(p);
+  EXPECT_NE(text.find("post op=Softmax in=x out=y line=3\n"), std::string::npos) << text;
+  Program back = deserialize(text);
+  ASSERT_EQ(back.post.size(), 1u);
+  EXPECT_EQ(back.post[0].kind, OpKind::Softmax);
+  EXPECT_EQ(back.post[0].inputs.size(), 1u);
+  EXPECT_EQ(back.post[0].inputs[0].buffer, 0);
+  EXPECT_EQ(back.post[0].output.buffer, 1);
+  EXPECT_EQ(serialize(back), text);
+}
+
 struct Malformed {
   std::string text;
   std::string message;  // expected substring
@@ -165,6 +191,7 @@ TEST(Deserialize, RejectsMalformedInputNamingTheLine) {
       {head + "check lhs=1 lhs=2 cmp=eq rhs=0 message=\"m\"\n", "duplicate field 'lhs'"},
       {head + "check lhs=1 cmp=eq rhs=0 message\n", "expected key=value"},
       {head + "post op=Explode\n", "line 3: unknown op 'Explode'"},
+      {head + "post op=softmax\n", "line 3: unknown op 'softmax'"},  // names are case-sensitive
       {head + "post op=Add in=nowhere\n", "unknown buffer 'nowhere'"},
       {head + "post op=Add in=#7\n", "out of range"},
       {head + "buffer name=\"b\" dtype=F32 rows=N cols=1 offset=0\npost op=Add in=b[0:1\n", "malformed view"},

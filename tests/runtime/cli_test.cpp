@@ -205,5 +205,35 @@ TEST_F(Cli, BadCommandLines) {
   EXPECT_NE(help.out.find("--gguf"), std::string::npos);
 }
 
+// A model.so for an ISA this CPU lacks is refused, naming the missing
+// features. LUMEN_MAX_CPU_ISA makes this machine report an AVX2-only CPU.
+TEST_F(Cli, ModelForAnotherIsa) {
+  const std::string so = (dir_ / "vnni.so").string();
+  program::Program p = program::deserialize(testing::read_file(testing::qwen2_program_path()));
+  codegen::emit_model_so(p, Isa::Avx512Vnni, so);
+  ASSERT_EQ(setenv("LUMEN_MAX_CPU_ISA", "avx2", 1), 0);
+  Result r = run({so, "--gguf", testing::tiny_gguf(), "--prompt", "x"});
+  unsetenv("LUMEN_MAX_CPU_ISA");
+  expect_error(r, 1, "avx512f");
+  EXPECT_NE(r.err.find("avx512_vnni"), std::string::npos) << r.err;
+}
+
+// A model.so of another ABI version is refused before anything else is read.
+TEST_F(Cli, ModelOfAnotherAbiVersion) {
+  const fs::path s = dir_ / "abi99.s";
+  std::ofstream(s) << "  .text\n  .globl lumen_model_abi_version\n  .type lumen_model_abi_version,@function\n"
+                      "lumen_model_abi_version:\n  movl $99, %eax\n  ret\n"
+                      "  .globl lumen_model_get\n  .type lumen_model_get,@function\n"
+                      "lumen_model_get:\n  xorl %eax, %eax\n  ret\n"
+                      "  .section .note.GNU-stack,\"\",@progbits\n";
+  const std::string so = (dir_ / "abi99.so").string();
+  ASSERT_EQ(std::system(("cc -shared -nostdlib -o " + quote(so) + " " + quote(s.string())).c_str()), 0);
+  expect_error(run({so, "--gguf", testing::tiny_gguf(), "--prompt", "x"}), 1, "ABI version 99");
+  // Not a Lumen model at all: a shared object without the entry points.
+  std::ofstream(s) << "  .text\n  .globl f\nf:\n  ret\n  .section .note.GNU-stack,\"\",@progbits\n";
+  ASSERT_EQ(std::system(("cc -shared -nostdlib -o " + quote(so) + " " + quote(s.string())).c_str()), 0);
+  expect_error(run({so, "--gguf", testing::tiny_gguf(), "--prompt", "x"}), 1, "not a Lumen model");
+}
+
 }  // namespace
 }  // namespace lumen::runtime

@@ -37,9 +37,36 @@ struct AttentionHead {
 void attention_head_f16(const AttentionHead& a);
 void attention_head_f32(const AttentionHead& a);
 
+// The query heads [0, n_heads) of n_tokens consecutive tokens that share one
+// kv head, computed together so each K/V row is converted to f32 once and
+// reused by all of them. Token t sees keys [0, first_n_keys + t). Head g of
+// token t reads q + t * q_token_stride + g * head_dim and writes likewise
+// into out. Same rounding points as attention_head_*; results do not depend
+// on how callers split tokens into blocks beyond the dot-product order.
+struct AttentionBlock {
+  const float* q;
+  int64_t q_token_stride;
+  const void* k;
+  const void* v;
+  int64_t row_stride;
+  int64_t n_tokens;
+  int64_t n_heads;
+  int64_t first_n_keys;
+  int64_t head_dim;
+  float scale;
+  float* out;
+  int64_t out_token_stride;
+};
+void attention_block_f16(const AttentionBlock& b);
+void attention_block_f32(const AttentionBlock& b);
+
 // f32 -> f16 rows for the cache (round to nearest even).
 void to_f16(const float* x, uint16_t* out, int64_t n);
 
 float silu(float x);
+
+// y = softmax(x) over n values (the Softmax op, one row): exp(x - max) kept in
+// f32, summed in double, times (float)(1/sum). y may equal x. (ops_softmax.cpp)
+void softmax_row(const float* x, float* y, int64_t n);
 
 }  // namespace lumen::runtime::ops
