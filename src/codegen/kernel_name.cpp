@@ -26,16 +26,7 @@ bool parse_int(std::string_view text, int64_t& out) {
 
 }  // namespace
 
-const char* epilogue_name(Epilogue e) {
-  switch (e) {
-    case Epilogue::None: return "none";
-    case Epilogue::Bias: return "bias";
-    case Epilogue::Residual: return "residual";
-    case Epilogue::BiasResidual: return "bias_residual";
-    case Epilogue::SiluMul: return "silu_mul";
-  }
-  return "?";
-}
+const char* epilogue_name(Epilogue e) { return program::to_string(e); }
 
 KernelSpec parse_kernel_name(const std::string& name) {
   KernelSpec spec;

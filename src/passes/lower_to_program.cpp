@@ -9,6 +9,8 @@ namespace lumen::passes {
 
 namespace {
 
+using detail::to_program;
+
 using program::Expr;
 
 program::DType to_program(ir::DType t) {
@@ -20,17 +22,6 @@ program::DType to_program(ir::DType t) {
     case ir::DType::I32: return program::DType::I32;
   }
   return program::DType::F32;
-}
-
-program::Epilogue to_program(ir::Epilogue e) {
-  switch (e) {
-    case ir::Epilogue::None: return program::Epilogue::None;
-    case ir::Epilogue::Bias: return program::Epilogue::Bias;
-    case ir::Epilogue::Residual: return program::Epilogue::Residual;
-    case ir::Epilogue::BiasResidual: return program::Epilogue::BiasResidual;
-    case ir::Epilogue::SiluMul: return program::Epilogue::SiluMul;
-  }
-  return program::Epilogue::None;
 }
 
 class Lowering {

@@ -6,6 +6,8 @@ namespace lumen::passes {
 
 namespace {
 
+using detail::to_program;
+
 // Prefill micro-kernel register tile: 16 weight rows (one packed row group,
 // kernel_abi.h pack_row_group) by 4 tokens.
 constexpr int64_t kTileM = 16;
@@ -15,17 +17,6 @@ constexpr int64_t kTileN = 4;
 // kernels' benchmarks may tune them.
 constexpr int64_t kRowsPerTask = 64;
 constexpr int64_t kTokensPerTask = 64;
-
-program::Epilogue to_program(ir::Epilogue e) {
-  switch (e) {
-    case ir::Epilogue::None: return program::Epilogue::None;
-    case ir::Epilogue::Bias: return program::Epilogue::Bias;
-    case ir::Epilogue::Residual: return program::Epilogue::Residual;
-    case ir::Epilogue::BiasResidual: return program::Epilogue::BiasResidual;
-    case ir::Epilogue::SiluMul: return program::Epilogue::SiluMul;
-  }
-  return program::Epilogue::None;
-}
 
 }  // namespace
 
