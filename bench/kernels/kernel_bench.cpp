@@ -20,6 +20,7 @@
 #include "lumen/codegen/kernel_support.h"
 #include "lumen/codegen/membw.h"
 #include "lumen/kernel_abi.h"
+#include "lumen/runtime/page_buffer.h"
 
 namespace {
 
@@ -88,9 +89,13 @@ struct Shape {
   Epilogue epilogue;
 };
 
-// Weight copies cycled so that every call reads them from memory.
+// Weight copies cycled so that every call reads them from memory; one
+// mapping on huge pages, as the runtime holds the packed weights.
 struct Weights {
-  std::vector<std::vector<uint8_t>> copies;
+  runtime::PageBuffer pages;
+  int64_t copies = 0;
+  int64_t stride = 0;  // bytes from one copy to the next
+  const uint8_t* copy(int64_t i) const { return pages.data() + (i % copies) * stride; }
   int64_t bytes = 0;  // one copy
   double pack_gbs = 0;  // load-time repack speed, best copy
 };
@@ -105,21 +110,22 @@ Weights make_weights(Isa isa, const Shape& s, int64_t min_total_bytes) {
   }
   Weights w;
   w.bytes = packed_bytes(isa, rows, s.k);
-  const int64_t copies = std::max<int64_t>(1, (min_total_bytes + w.bytes - 1) / w.bytes);
-  for (int64_t c = 0; c < copies; ++c) {
+  w.copies = std::max<int64_t>(1, (min_total_bytes + w.bytes - 1) / w.bytes);
+  w.stride = (w.bytes + 4095) / 4096 * 4096;
+  w.pages = runtime::PageBuffer(static_cast<size_t>(w.copies * w.stride), runtime::PageBuffer::Pages::Huge);
+  for (int64_t c = 0; c < w.copies; ++c) {
     // Every copy different, so no page of one can stand in for another.
     for (size_t i = 0; i < src.size(); i += 4096 / sizeof(BlockQ8_0)) src[i].qs[0] = int8_t(rng() % 255 - 127);
-    std::vector<uint8_t> packed(w.bytes);
-    std::memset(packed.data(), 0, packed.size());  // page faults are not packing time
+    uint8_t* packed = w.pages.data() + c * w.stride;
+    std::memset(packed, 0, static_cast<size_t>(w.bytes));  // page faults are not packing time
     const auto t0 = std::chrono::steady_clock::now();
     if (s.epilogue == Epilogue::SiluMul) {
-      pack_q8_0_gate_up(isa, src.data(), src.data() + s.m * s.k / 32, s.m, s.k, packed.data());
+      pack_q8_0_gate_up(isa, src.data(), src.data() + s.m * s.k / 32, s.m, s.k, packed);
     } else {
-      pack_q8_0(isa, src.data(), rows, s.k, packed.data(), 0);
+      pack_q8_0(isa, src.data(), rows, s.k, packed, 0);
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     w.pack_gbs = std::max(w.pack_gbs, double(w.bytes) / secs / 1e9);
-    w.copies.push_back(std::move(packed));
   }
   return w;
 }
@@ -159,7 +165,7 @@ double time_matmul(SpinPool& pool, MatMulFn fn, const Weights& w, const Shape& s
   const int64_t groups = (s.m + 15) / 16;
   int64_t slice_groups = groups;
   auto call = [&](int64_t rep) {
-    const uint8_t* base = w.copies[rep % w.copies.size()].data();
+    const uint8_t* base = w.copy(rep);
     const int64_t slices = groups / slice_groups;  // whole slices only: every call has the same work
     const int64_t s0 = (rep % slices) * slice_groups, s1 = std::min(groups, s0 + slice_groups);
     pool.run([&](int id) {

@@ -8,9 +8,11 @@ namespace {
 
 using detail::to_program;
 
-// Prefill micro-kernel register tile: 16 weight rows (one packed row group,
-// kernel_abi.h pack_row_group) by 4 tokens.
-constexpr int64_t kTileM = 16;
+// Prefill micro-kernel register tile: 48 weight rows (three packed row
+// groups, kernel_abi.h pack_row_group) by 4 tokens. Measured against m16n4,
+// m32n5 and m64n3 (docs/performance.md): three groups share each broadcast
+// activation dword, 12 accumulators fill the register file.
+constexpr int64_t kTileM = 48;
 constexpr int64_t kTileN = 4;
 // Work items handed to the thread pool: 64 output rows (4 row groups) per
 // task for decode, and 64 tokens per task for prefill. Starting values; the

@@ -2,6 +2,7 @@
 // architecture, weights by name with dtype and shape checks, and the one-time
 // repacking of matmul weights into the kernels' row-group format.
 #include "lumen/runtime/binding.h"
+#include "lumen/runtime/page_buffer.h"
 
 #include "lumen/runtime/thread_pool.h"
 
@@ -285,9 +286,9 @@ BoundModel bind_model(const CompiledModel& model, const gguf::File& file, bool r
   }
 
   auto start = std::chrono::steady_clock::now();
-  uint8_t* storage = total > 0 ? static_cast<uint8_t*>(std::aligned_alloc(64, static_cast<size_t>(total))) : nullptr;
-  if (total > 0 && storage == nullptr) throw LoadError("out of memory packing " + std::to_string(total) + " bytes");
-  b.packed_storage = std::shared_ptr<uint8_t>(storage, [](uint8_t* q) { std::free(q); });
+  auto pages = std::make_shared<PageBuffer>(static_cast<size_t>(total), PageBuffer::Pages::Huge);
+  uint8_t* storage = pages->data();
+  b.packed_storage = std::shared_ptr<uint8_t>(pages, storage);
   b.packed_bytes = static_cast<uint64_t>(total);
 
   // Pieces of at most kPieceRows rows, packed in parallel; the file pages of

@@ -2,7 +2,6 @@
 #include "lumen/codegen/membw.h"
 
 #include <immintrin.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
@@ -15,6 +14,7 @@
 #include <vector>
 
 #include "lumen/kernel_abi.h"
+#include "lumen/runtime/page_buffer.h"
 
 namespace lumen {
 namespace {
@@ -61,9 +61,9 @@ std::pair<double, double> read_passes(size_t bytes, int threads, int repeats, si
     throw std::invalid_argument("measure_read_bandwidth: need threads >= 1, repeats >= 1, 4 KiB per thread");
   }
   bytes &= ~size_t(4095);
-  void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (mem == MAP_FAILED) throw std::runtime_error("measure_read_bandwidth: cannot map the buffer");
-  auto* buf = static_cast<uint8_t*>(mem);
+  // Huge pages, as the packed weights use: the ceiling is what the weights could be read at.
+  runtime::PageBuffer mem(bytes, runtime::PageBuffer::Pages::Huge);
+  uint8_t* buf = mem.data();
   std::memset(buf, 1, bytes);
   const bool avx512 = (cpu_features() & kCpuAvx512f) != 0;
   const size_t slice = (bytes / threads) & ~size_t(255);
@@ -100,7 +100,6 @@ std::pair<double, double> read_passes(size_t bytes, int threads, int repeats, si
       if (s > 0) best_step = std::max(best_step, double(step) * threads / s / 1e9);
     }
   }
-  munmap(mem, bytes);
   volatile uint64_t keep = 0;
   for (uint64_t s : sink) keep = keep + s;
   return {best_pass, best_step};

@@ -19,6 +19,7 @@
 
 #include "lumen/numeric.h"
 #include "lumen/runtime/binding.h"
+#include "lumen/runtime/page_buffer.h"
 #include "lumen/runtime/ops.h"
 #include "lumen/runtime/thread_pool.h"
 
@@ -31,33 +32,6 @@ using program::Op;
 using program::OpKind;
 
 constexpr int64_t kMaxHeadDim = 1024;  // ops.cpp keeps a query head on the stack
-
-// Zero-filled, page-aligned memory straight from mmap (KV cache, arena).
-class PageBuffer {
- public:
-  PageBuffer() = default;
-  explicit PageBuffer(size_t bytes) : size_(bytes) {
-    if (bytes == 0) return;
-    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw LoadError("out of memory allocating " + std::to_string(bytes) + " bytes");
-    data_ = static_cast<uint8_t*>(p);
-  }
-  ~PageBuffer() {
-    if (data_ != nullptr) munmap(data_, size_);
-  }
-  PageBuffer(PageBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
-  PageBuffer& operator=(PageBuffer&& o) noexcept {
-    std::swap(data_, o.data_);
-    std::swap(size_, o.size_);
-    return *this;
-  }
-  uint8_t* data() const { return data_; }
-  size_t size() const { return size_; }
-
- private:
-  uint8_t* data_ = nullptr;
-  size_t size_ = 0;
-};
 
 // Bytes of one row of `cols` elements.
 int64_t row_bytes(DType d, int64_t cols) {
@@ -261,7 +235,10 @@ const Plan& Session::Impl::plan_for(int64_t n) {
         r.kernel = k->second;
         r.profile_key = "MatMul " + name;
         const int64_t group = pack_row_group(model->isa);
-        r.rows_per_task = std::max<int64_t>(group, (op.schedule.rows_per_task + group - 1) / group * group);
+        // A prefill task covers whole register tiles: a task that ends inside
+        // a tile would run the slower edge body on every token tile.
+        const int64_t unit = single_row ? group : std::max(group, op.schedule.tile_m / group * group);
+        r.rows_per_task = std::max<int64_t>(unit, (op.schedule.rows_per_task + unit - 1) / unit * unit);
         r.tokens_per_task = std::max<int64_t>(1, op.schedule.tokens_per_task);
       }
       check_op(r, s, i, n);

@@ -252,8 +252,8 @@ void check(Isa isa, const Problem& p, uint32_t seed) {
 }
 
 std::string gemm_name(Epilogue e, int variant) {
-  static const char* tiles[] = {"m16n4", "m32n6", "m64n8", "m16n1", "m48n3", "m32n2"};
-  return std::string("gemm.") + epilogue_name(e) + "." + tiles[variant % 6];
+  static const char* tiles[] = {"m16n4", "m48n4", "m32n6", "m64n8", "m16n1", "m48n3", "m32n2"};
+  return std::string("gemm.") + epilogue_name(e) + "." + tiles[variant % 7];
 }
 
 TEST(MatMulKernels, SmallShapesEveryIsaEpilogueAndThreadCount) {
@@ -328,7 +328,7 @@ TEST(MatMulKernels, LargeBatches) {
   } cases[] = {
       {896, 896, 64, Epilogue::BiasResidual, "m32n6"},  {33, 4864, 512, Epilogue::None, "m16n8"},
       {4864, 32, 512, Epilogue::SiluMul, "m32n4"},       {896, 352, 67, Epilogue::Residual, "m64n8"},
-      {17, 4864, 512, Epilogue::SiluMul, "m16n4"},
+      {17, 4864, 512, Epilogue::SiluMul, "m16n4"},      {97, 4864, 131, Epilogue::Residual, "m48n4"},
   };
   int variant = 0;
   for (Isa isa : runnable_isas()) {

@@ -79,7 +79,7 @@ TEST(Serialize, Qwen2ProgramParsesWithTheExpectedStructure) {
   EXPECT_EQ(p.layer[1].kind, OpKind::MatMul);
   EXPECT_EQ(p.layer[1].weights.size(), 3u);
   EXPECT_EQ(p.layer[1].epilogue, Epilogue::Bias);
-  EXPECT_EQ(p.layer[1].schedule.prefill_kernel, "gemm.bias.m16n4");
+  EXPECT_EQ(p.layer[1].schedule.prefill_kernel, "gemm.bias.m48n4");
   EXPECT_EQ(p.layer[4].kind, OpKind::Attention);
   EXPECT_EQ(p.layer[4].inputs.size(), 3u);
   EXPECT_EQ(p.post[2].output.buffer, p.logits_buffer);

@@ -35,7 +35,7 @@ struct BoundModel {
   uint64_t packed_bytes = 0;
   double pack_seconds = 0;
 
-  std::shared_ptr<uint8_t> packed_storage;  // one 64-byte aligned allocation
+  std::shared_ptr<uint8_t> packed_storage;  // one mapping, on huge pages where the kernel gives them
   std::vector<std::vector<float>> bias_storage;
 };
 
