@@ -1,6 +1,7 @@
 // AST helpers: names of enums, lookups, the source-form printer used in
 // diagnostics ("f32[N, n_embd]") and the indented dump used by tests.
 #include "lumen/dsl/ast.h"
+#include "lumen/quote.h"
 
 #include <cmath>
 #include <cstdio>
@@ -115,23 +116,6 @@ int precedence(const Expr& e) {
   }
   if (e.kind == Expr::Kind::Unary) return 6;
   return 7;
-}
-
-std::string quote(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
 }
 
 std::string float_text(double v) {

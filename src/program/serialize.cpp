@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "lumen/program.h"
+#include "lumen/quote.h"
 
 namespace lumen::program {
 namespace {
@@ -49,28 +50,6 @@ std::vector<std::string> reference_names(const std::vector<T>& table) {
     refs.push_back(is_identifier(n) && count[n] == 1 ? n : std::string(1, '#').append(std::to_string(i)));
   }
   return refs;
-}
-
-std::string quote(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    unsigned char u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (u < 0x20 || u == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", u);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
 }
 
 std::string number(double v) {
