@@ -52,6 +52,12 @@ TEST(KernelName, TilesClampToTheRegisterFile) {
   const KernelShape avx2 = kernel_shape(Isa::Avx2, parse_kernel_name("gemm.silu_mul.m32n4"));
   EXPECT_EQ(avx2.groups, 1);
   EXPECT_LE(2 * 2 * avx2.tokens, 5);
+  const KernelShape avx2_default = kernel_shape(Isa::Avx2, parse_kernel_name("gemm.none.m48n4"));
+  EXPECT_EQ(avx2_default.groups, 1);  // weights reused across 2 tokens, not 2 groups x 1 token
+  EXPECT_EQ(avx2_default.tokens, 2);
+  const KernelShape silu = kernel_shape(Isa::Avx512Vnni, parse_kernel_name("gemm.silu_mul.m48n4"));
+  EXPECT_EQ(silu.groups, 2);  // gate and up of 2 groups x 3 tokens = 12 accumulators
+  EXPECT_EQ(silu.tokens, 3);
   const KernelShape asked = kernel_shape(Isa::Avx512Vnni, parse_kernel_name("gemm.none.m32n4"));
   EXPECT_EQ(asked.groups, 2);
   EXPECT_EQ(asked.tokens, 4);
