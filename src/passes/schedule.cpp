@@ -15,10 +15,12 @@ using detail::to_program;
 constexpr int64_t kTileM = 48;
 constexpr int64_t kTileN = 4;
 // Work items handed to the thread pool: 64 output rows (4 row groups) per
-// task for decode, and 64 tokens per task for prefill. Starting values; the
-// kernels' benchmarks may tune them.
+// task for decode; for prefill, whole register tiles (the runtime rounds 64
+// up to 96 rows for m48n4) by 256 tokens. Every token task streams its rows'
+// weights from memory again: 256 tokens per task made pp128 and pp512 7-12%
+// faster than 64 at 1 and 2 threads (docs/performance.md).
 constexpr int64_t kRowsPerTask = 64;
-constexpr int64_t kTokensPerTask = 64;
+constexpr int64_t kTokensPerTask = 256;
 
 }  // namespace
 
