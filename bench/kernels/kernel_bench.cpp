@@ -226,7 +226,8 @@ int main(int argc, char** argv) {
   std::vector<int> thread_counts = {1, 2};
   std::string gemm_tile = "m48n4";
   int64_t tokens_per_task = 64;
-  int64_t prefetch = -1;
+  int64_t prefetch = -1, gemm_prefetch = -1;
+  double window_ms = 20;
   std::string sweep;
   int64_t cold_bytes = int64_t(512) << 20;
   app.add_option("--isa", isa_name, "avx512-vnni, avx512 or avx2 (default: best for this CPU)");
@@ -234,11 +235,9 @@ int main(int argc, char** argv) {
   app.add_option("--tile", gemm_tile, "GEMM register tile, m<M>n<N> (default: the schedule pass's)");
   app.add_option("--tokens-per-task", tokens_per_task, "GEMM tokens per kernel call");
   app.add_option("--prefetch", prefetch, "GEMV software prefetch distance in bytes (-1: kernel default)");
-  int64_t gemm_prefetch = -1;
-  double window_ms = 20;
+  app.add_option("--gemm-prefetch", gemm_prefetch, "GEMM software prefetch distance in bytes (-1: kernel default)");
   app.add_option("--window-ms", window_ms, "length of one timed sample (best of 10 is reported)")
       ->check(CLI::Range(0.01, 10000.0));
-  app.add_option("--gemm-prefetch", gemm_prefetch, "GEMM software prefetch distance in bytes (-1: kernel default)");
   app.add_option("--cold-bytes", cold_bytes, "weight bytes cycled through per shape (beyond the caches)");
   std::string only;
   app.add_option("--shape", only, "run only shapes whose name contains this");

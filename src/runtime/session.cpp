@@ -5,13 +5,12 @@
 // cover the same rows the same way, so results do not depend on the thread count.
 #include "lumen/runtime/session.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <utility>
@@ -236,8 +235,14 @@ const Plan& Session::Impl::plan_for(int64_t n) {
         r.profile_key = "MatMul " + name;
         const int64_t group = pack_row_group(model->isa);
         // A prefill task covers whole register tiles: a task that ends inside
-        // a tile would run the slower edge body on every token tile.
-        const int64_t unit = single_row ? group : std::max(group, op.schedule.tile_m / group * group);
+        // a tile would run the slower edge body on every token tile. The
+        // kernel may run fewer groups than tile_m asks (its ISA's registers,
+        // or gate and up sharing them), so the unit is a multiple of every
+        // row tile up to tile_m: 96 rows for m48 (48, 32 and 16 divide it).
+        int64_t unit = group;
+        if (!single_row)
+          for (int64_t tile_rows = 2 * group; tile_rows <= op.schedule.tile_m; tile_rows += group)
+            unit = std::lcm(unit, tile_rows);
         r.rows_per_task = std::max<int64_t>(unit, (op.schedule.rows_per_task + unit - 1) / unit * unit);
         r.tokens_per_task = std::max<int64_t>(1, op.schedule.tokens_per_task);
       }

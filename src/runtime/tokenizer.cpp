@@ -247,44 +247,32 @@ VocabularyView view_of(const gguf::File& file) {
   return v;
 }
 
-VocabularyView view_of(const Vocabulary& vocab) {
-  VocabularyView v;
-  v.model = vocab.model;
-  v.pre = vocab.pre;
-  v.tokens.assign(vocab.tokens.begin(), vocab.tokens.end());
-  v.merges.assign(vocab.merges.begin(), vocab.merges.end());
-  v.types = vocab.types;
-  v.bos = vocab.bos;
-  v.eos = vocab.eos;
-  v.eot = vocab.eot;
-  v.eom = vocab.eom;
-  v.unk = vocab.unk;
-  v.pad = vocab.pad;
-  v.add_bos = vocab.add_bos;
-  v.add_eos = vocab.add_eos;
-  return v;
+// Vocabulary owns its strings, VocabularyView points into the GGUF file:
+// the same fields, copied either way.
+template <class To, class From>
+To copy_vocabulary(const From& from) {
+  To to;
+  to.model = from.model;
+  to.pre = from.pre;
+  to.tokens.assign(from.tokens.begin(), from.tokens.end());
+  to.merges.assign(from.merges.begin(), from.merges.end());
+  to.types = from.types;
+  to.bos = from.bos;
+  to.eos = from.eos;
+  to.eot = from.eot;
+  to.eom = from.eom;
+  to.unk = from.unk;
+  to.pad = from.pad;
+  to.add_bos = from.add_bos;
+  to.add_eos = from.add_eos;
+  return to;
 }
+
+VocabularyView view_of(const Vocabulary& vocab) { return copy_vocabulary<VocabularyView>(vocab); }
 
 }  // namespace
 
-Vocabulary Vocabulary::from_gguf(const gguf::File& file) {
-  const VocabularyView view = view_of(file);
-  Vocabulary v;
-  v.model = view.model;
-  v.pre = view.pre;
-  v.tokens.assign(view.tokens.begin(), view.tokens.end());
-  v.merges.assign(view.merges.begin(), view.merges.end());
-  v.types = view.types;
-  v.bos = view.bos;
-  v.eos = view.eos;
-  v.eot = view.eot;
-  v.eom = view.eom;
-  v.unk = view.unk;
-  v.pad = view.pad;
-  v.add_bos = view.add_bos;
-  v.add_eos = view.add_eos;
-  return v;
-}
+Vocabulary Vocabulary::from_gguf(const gguf::File& file) { return copy_vocabulary<Vocabulary>(view_of(file)); }
 
 // ---------------------------------------------------------------------------
 // Tokenizer
