@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "lumen/gguf.h"
+#include "lumen/gguf/gguf.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace lumen::gguf;

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "lumen/tokenizer.h"
+#include "lumen/text/tokenizer.h"
 
 namespace {
 

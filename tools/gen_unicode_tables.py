@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate src/runtime/unicode_tables.cpp from the Unicode Character Database.
+"""Generate src/text/unicode_tables.cpp from the Unicode Character Database.
 
 The tokenizer's pre-tokenizer needs, for every codepoint, its general category
 class (L, N, P, S, M, Z, C or unassigned) and whether it has the White_Space

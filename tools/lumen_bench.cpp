@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "lumen/codegen/membw.h"
-#include "lumen/gguf.h"
+#include "lumen/target/membw.h"
+#include "lumen/gguf/gguf.h"
 #include "lumen/runtime/compiled_model.h"
 #include "lumen/runtime/session.h"
 

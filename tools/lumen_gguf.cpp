@@ -14,8 +14,9 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "lumen/gguf.h"
-#include "lumen/gguf_tools.h"
+#include "lumen/gguf/gguf.h"
+#include "lumen/gguf/info.h"
+#include "synth/gguf_synth.h"
 
 namespace {
 

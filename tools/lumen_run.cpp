@@ -17,13 +17,13 @@
 #include <string>
 #include <vector>
 
-#include "lumen/chat.h"
-#include "lumen/gguf.h"
+#include "lumen/text/chat.h"
+#include "lumen/gguf/gguf.h"
 #include "lumen/runtime/compiled_model.h"
 #include "lumen/runtime/session.h"
 #include "lumen/runtime/thread_pool.h"
-#include "lumen/sampler.h"
-#include "lumen/tokenizer.h"
+#include "lumen/runtime/sampler.h"
+#include "lumen/text/tokenizer.h"
 
 namespace {
 

@@ -12,15 +12,15 @@
 #include <optional>
 #include <sstream>
 
-#include "lumen/codegen.h"
-#include "lumen/diagnostics.h"
+#include "lumen/codegen/codegen.h"
+#include "lumen/common/diagnostics.h"
 #include "lumen/dsl/frontend.h"
 #include "lumen/ir/lower_ast.h"
 #include "lumen/ir/text.h"
 #include "lumen/ir/verifier.h"
-#include "lumen/kernel_abi.h"
-#include "lumen/passes.h"
-#include "lumen/program.h"
+#include "lumen/target/kernel_abi.h"
+#include "lumen/passes/passes.h"
+#include "lumen/program/program.h"
 
 namespace {
 

@@ -16,11 +16,11 @@
 #include <thread>
 #include <vector>
 
-#include "lumen/codegen.h"
+#include "lumen/codegen/codegen.h"
 #include "lumen/codegen/kernel_support.h"
-#include "lumen/codegen/membw.h"
-#include "lumen/kernel_abi.h"
-#include "lumen/runtime/page_buffer.h"
+#include "lumen/target/membw.h"
+#include "lumen/target/kernel_abi.h"
+#include "lumen/target/page_buffer.h"
 
 namespace {
 
@@ -92,7 +92,7 @@ struct Shape {
 // Weight copies cycled so that every call reads them from memory; one
 // mapping on huge pages, as the runtime holds the packed weights.
 struct Weights {
-  runtime::PageBuffer pages;
+  PageBuffer pages;
   int64_t copies = 0;
   int64_t stride = 0;  // bytes from one copy to the next
   const uint8_t* copy(int64_t i) const { return pages.data() + (i % copies) * stride; }
@@ -112,7 +112,7 @@ Weights make_weights(Isa isa, const Shape& s, int64_t min_total_bytes) {
   w.bytes = packed_bytes(isa, rows, s.k);
   w.copies = std::max<int64_t>(1, (min_total_bytes + w.bytes - 1) / w.bytes);
   w.stride = (w.bytes + 4095) / 4096 * 4096;
-  w.pages = runtime::PageBuffer(static_cast<size_t>(w.copies * w.stride), runtime::PageBuffer::Pages::Huge);
+  w.pages = PageBuffer(static_cast<size_t>(w.copies * w.stride), PageBuffer::Pages::Huge);
   for (int64_t c = 0; c < w.copies; ++c) {
     // Every copy different, so no page of one can stand in for another.
     for (size_t i = 0; i < src.size(); i += 4096 / sizeof(BlockQ8_0)) src[i].qs[0] = int8_t(rng() % 255 - 127);
@@ -178,7 +178,7 @@ double time_matmul(SpinPool& pool, MatMulFn fn, const Weights& w, const Shape& s
       if (g0 == g1) return;
       for (int64_t t0 = 0; t0 < n; t0 += tokens_per_task) {
         MatMulArgs a{};
-        a.w = base + g0 * mult * kb * codegen::kPackedBlockBytes;
+        a.w = base + g0 * mult * kb * kPackedBlockBytes;
         a.x = x.data() + t0 * kb;
         a.y = y.data() + t0 * s.m + g0 * 16;
         a.bias = bias.data() + g0 * 16;

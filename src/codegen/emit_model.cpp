@@ -1,5 +1,5 @@
 // Emission of model.so: the scheduled program and its generated kernels,
-// behind the C ABI of include/lumen/model_abi.h.
+// behind the C ABI of include/lumen/target/model_abi.h.
 //
 // We write one GNU assembler file (kernels as .byte runs in .text, the ABI
 // tables in .data.rel.ro, the program text in .rodata) and let the system
@@ -26,8 +26,8 @@
 #include <string>
 #include <vector>
 
-#include "lumen/codegen.h"
-#include "lumen/model_abi.h"
+#include "lumen/codegen/codegen.h"
+#include "lumen/target/model_abi.h"
 
 extern char** environ;
 

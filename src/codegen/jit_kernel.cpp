@@ -5,7 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "lumen/codegen.h"
+#include "lumen/codegen/codegen.h"
 
 namespace lumen::codegen {
 

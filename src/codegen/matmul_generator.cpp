@@ -24,7 +24,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "lumen/codegen.h"
+#include "lumen/codegen/codegen.h"
 #include "lumen/codegen/kernel_support.h"
 
 namespace lumen::codegen {

@@ -3,7 +3,7 @@
 // products, then acc = fma(float(sum), w_scale * x_scale, acc) block by block.
 #include <cmath>
 
-#include "lumen/codegen.h"
+#include "lumen/codegen/codegen.h"
 #include "lumen/codegen/kernel_support.h"
 
 namespace lumen::codegen {

@@ -1,6 +1,6 @@
 // DiagnosticEngine: collects user-facing diagnostics and prints them with the
 // offending source line and a caret line under the range, clang style.
-#include "lumen/diagnostics.h"
+#include "lumen/common/diagnostics.h"
 
 #include <algorithm>
 #include <ostream>

@@ -1,4 +1,4 @@
-#include "lumen/quote.h"
+#include "lumen/common/quote.h"
 
 #include <cstdio>
 

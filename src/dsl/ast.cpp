@@ -1,7 +1,7 @@
 // AST helpers: names of enums, lookups, the source-form printer used in
 // diagnostics ("f32[N, n_embd]") and the indented dump used by tests.
 #include "lumen/dsl/ast.h"
-#include "lumen/quote.h"
+#include "lumen/common/quote.h"
 
 #include <cmath>
 #include <cstdio>

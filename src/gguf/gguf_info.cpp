@@ -3,7 +3,7 @@
 // the tensor table with shapes, types, offsets and sizes in MiB.
 #include <fmt/format.h>
 
-#include "lumen/gguf_tools.h"
+#include "lumen/gguf/info.h"
 
 namespace lumen::gguf {
 

@@ -7,7 +7,7 @@
 #include <optional>
 #include <span>
 
-#include "lumen/gguf.h"
+#include "lumen/gguf/gguf.h"
 
 namespace lumen::gguf::detail {
 

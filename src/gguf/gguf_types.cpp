@@ -1,6 +1,6 @@
 // GGUF type tables: names of metadata value types, block layouts of tensor
 // types, and the typed error. Shared by the reader, the writer and the tools.
-#include "lumen/gguf.h"
+#include "lumen/gguf/gguf.h"
 
 #include <array>
 

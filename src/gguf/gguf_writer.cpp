@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 
 #include "gguf_internal.h"
-#include "lumen/gguf.h"
+#include "lumen/gguf/gguf.h"
 
 namespace lumen::gguf {
 

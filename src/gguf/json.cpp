@@ -1,7 +1,7 @@
 // Recursive-descent JSON parser (RFC 8259). Strict: no comments, no trailing
 // commas, no NaN; strings are UTF-8 with \uXXXX escapes (surrogate pairs
 // joined). Depth is bounded so hostile input cannot exhaust the stack.
-#include "lumen/json.h"
+#include "lumen/gguf/json.h"
 
 #include <charconv>
 #include <cmath>

@@ -1,5 +1,5 @@
 // Pass fuse_epilogues: bias and residual adds into matmul epilogues (see passes.h).
-#include "lumen/passes.h"
+#include "lumen/passes/passes.h"
 #include "pass_util.h"
 
 namespace lumen::passes {

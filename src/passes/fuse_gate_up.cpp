@@ -1,6 +1,6 @@
 // Pass fuse_gate_up: silu(gate)·up into one gate/up matmul with the silu_mul
 // epilogue, or into one silu_mul op (see passes.h).
-#include "lumen/passes.h"
+#include "lumen/passes/passes.h"
 #include "pass_util.h"
 
 namespace lumen::passes {

@@ -1,5 +1,5 @@
 // Pass fuse_norm_quant: quantize(rms_norm(x)) -> rms_norm_quant(x) (see passes.h).
-#include "lumen/passes.h"
+#include "lumen/passes/passes.h"
 #include "pass_util.h"
 
 namespace lumen::passes {

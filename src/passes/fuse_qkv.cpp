@@ -1,6 +1,6 @@
 // Pass fuse_qkv: matmuls sharing an input -> one matmul over concatenated
 // weight rows plus column views of its result (see passes.h).
-#include "lumen/passes.h"
+#include "lumen/passes/passes.h"
 #include "pass_util.h"
 
 namespace lumen::passes {

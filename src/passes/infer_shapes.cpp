@@ -1,5 +1,5 @@
 // Pass infer_shapes: fills open result types from operand types (see passes.h).
-#include "lumen/passes.h"
+#include "lumen/passes/passes.h"
 #include "pass_util.h"
 
 namespace lumen::passes {

@@ -2,7 +2,7 @@
 // whose input is f32 (see passes.h).
 #include <map>
 
-#include "lumen/passes.h"
+#include "lumen/passes/passes.h"
 #include "pass_util.h"
 
 namespace lumen::passes {

@@ -1,8 +1,8 @@
 // Pass lower_to_program: scheduled, memory-planned IR -> program::Program
-// (see passes.h and include/lumen/program.h for the target's semantics).
+// (see passes.h and include/lumen/program/program.h for the target's semantics).
 #include <map>
 
-#include "lumen/passes.h"
+#include "lumen/passes/passes.h"
 #include "pass_util.h"
 
 namespace lumen::passes {

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "lumen/ir/ir.h"
-#include "lumen/program.h"
+#include "lumen/program/program.h"
 
 namespace lumen::passes::detail {
 

@@ -3,7 +3,7 @@
 #include <array>
 
 #include "lumen/ir/verifier.h"
-#include "lumen/passes.h"
+#include "lumen/passes/passes.h"
 
 namespace lumen::passes {
 

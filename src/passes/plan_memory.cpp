@@ -13,7 +13,7 @@
 #include <map>
 #include <optional>
 
-#include "lumen/passes.h"
+#include "lumen/passes/passes.h"
 #include "pass_util.h"
 
 namespace lumen::passes {

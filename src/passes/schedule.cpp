@@ -1,5 +1,5 @@
 // Pass schedule: kernel variants and thread split for every matmul (see passes.h).
-#include "lumen/passes.h"
+#include "lumen/passes/passes.h"
 #include "pass_util.h"
 
 namespace lumen::passes {

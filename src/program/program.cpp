@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "lumen/program.h"
+#include "lumen/program/program.h"
 
 namespace lumen::program {
 

@@ -18,8 +18,8 @@
 #include <string_view>
 #include <vector>
 
-#include "lumen/program.h"
-#include "lumen/quote.h"
+#include "lumen/program/program.h"
+#include "lumen/common/quote.h"
 
 namespace lumen::program {
 namespace {

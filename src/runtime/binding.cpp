@@ -2,7 +2,7 @@
 // architecture, weights by name with dtype and shape checks, and the one-time
 // repacking of matmul weights into the kernels' row-group format.
 #include "lumen/runtime/binding.h"
-#include "lumen/runtime/page_buffer.h"
+#include "lumen/target/page_buffer.h"
 
 #include "lumen/runtime/thread_pool.h"
 

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "lumen/model_abi.h"
+#include "lumen/target/model_abi.h"
 
 namespace lumen::runtime {
 

@@ -10,8 +10,8 @@
 #include <cstring>
 #include <vector>
 
-#include "lumen/kernel_abi.h"
-#include "lumen/numeric.h"
+#include "lumen/target/kernel_abi.h"
+#include "lumen/common/numeric.h"
 
 namespace lumen::runtime::ops {
 namespace {

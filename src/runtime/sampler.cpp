@@ -11,7 +11,7 @@
 #include <string>
 #include <utility>
 
-#include "lumen/sampler.h"
+#include "lumen/runtime/sampler.h"
 
 namespace lumen {
 

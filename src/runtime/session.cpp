@@ -16,9 +16,9 @@
 #include <utility>
 #include <vector>
 
-#include "lumen/numeric.h"
+#include "lumen/common/numeric.h"
 #include "lumen/runtime/binding.h"
-#include "lumen/runtime/page_buffer.h"
+#include "lumen/target/page_buffer.h"
 #include "lumen/runtime/ops.h"
 #include "lumen/runtime/thread_pool.h"
 

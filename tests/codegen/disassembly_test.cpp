@@ -8,7 +8,7 @@
 #include <fstream>
 #include <string>
 
-#include "lumen/codegen.h"
+#include "lumen/codegen/codegen.h"
 
 namespace lumen::codegen {
 namespace {

@@ -2,7 +2,7 @@
 // else is rejected with std::invalid_argument. Tiles clamp to the registers.
 #include <gtest/gtest.h>
 
-#include "lumen/codegen.h"
+#include "lumen/codegen/codegen.h"
 #include "lumen/codegen/kernel_support.h"
 
 namespace lumen::codegen {

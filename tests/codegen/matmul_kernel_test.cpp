@@ -15,9 +15,9 @@
 #include <tuple>
 #include <vector>
 
-#include "lumen/codegen.h"
+#include "lumen/codegen/codegen.h"
 #include "lumen/codegen/kernel_support.h"
-#include "lumen/kernel_abi.h"
+#include "lumen/target/kernel_abi.h"
 
 namespace lumen::codegen {
 namespace {

@@ -1,4 +1,4 @@
-#include "lumen/numeric.h"
+#include "lumen/common/numeric.h"
 
 #include <gtest/gtest.h>
 

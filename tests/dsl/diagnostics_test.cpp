@@ -1,6 +1,6 @@
 // DiagnosticEngine: counting and the clang-style printed form (location,
 // message, source line, caret line under the range).
-#include "lumen/diagnostics.h"
+#include "lumen/common/diagnostics.h"
 
 #include <gtest/gtest.h>
 

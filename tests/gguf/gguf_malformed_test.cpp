@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "gguf_test_util.h"
-#include "lumen/gguf.h"
+#include "lumen/gguf/gguf.h"
 
 namespace lumen::gguf {
 namespace {

@@ -8,8 +8,8 @@
 #include <fstream>
 
 #include "gguf_test_util.h"
-#include "lumen/gguf.h"
-#include "lumen/gguf_tools.h"
+#include "lumen/gguf/gguf.h"
+#include "lumen/gguf/info.h"
 
 namespace lumen::gguf {
 namespace {

@@ -9,9 +9,9 @@
 #include <fstream>
 
 #include "gguf_test_util.h"
-#include "lumen/gguf.h"
-#include "lumen/gguf_tools.h"
-#include "lumen/numeric.h"
+#include "lumen/gguf/gguf.h"
+#include "synth/gguf_synth.h"
+#include "lumen/common/numeric.h"
 
 namespace lumen::gguf {
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "lumen/gguf.h"
+#include "lumen/gguf/gguf.h"
 
 namespace lumen::gguf::testing {
 

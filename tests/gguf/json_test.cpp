@@ -3,7 +3,7 @@
 // including nesting deep enough to overflow a naive parser's stack.
 #include <gtest/gtest.h>
 
-#include "lumen/json.h"
+#include "lumen/gguf/json.h"
 
 namespace lumen::json {
 namespace {

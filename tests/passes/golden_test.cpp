@@ -13,7 +13,7 @@
 
 #include "lumen/ir/text.h"
 #include "lumen/ir/verifier.h"
-#include "lumen/passes.h"
+#include "lumen/passes/passes.h"
 
 namespace {
 

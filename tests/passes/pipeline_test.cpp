@@ -17,7 +17,7 @@
 #include "lumen/ir/lower_ast.h"
 #include "lumen/ir/text.h"
 #include "lumen/ir/verifier.h"
-#include "lumen/passes.h"
+#include "lumen/passes/passes.h"
 
 namespace {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "lumen/program.h"
+#include "lumen/program/program.h"
 
 namespace lumen::program {
 namespace {

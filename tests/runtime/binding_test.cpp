@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "lumen/gguf.h"
-#include "lumen/numeric.h"
+#include "lumen/gguf/gguf.h"
+#include "lumen/common/numeric.h"
 #include "lumen/runtime/session.h"
 #include "runtime_support.h"
 

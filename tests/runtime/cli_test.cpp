@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "lumen/codegen.h"
-#include "lumen/gguf.h"
+#include "lumen/codegen/codegen.h"
+#include "lumen/gguf/gguf.h"
 #include "runtime_support.h"
 
 namespace lumen::runtime {

@@ -10,9 +10,9 @@
 #include <cstring>
 #include <vector>
 
-#include "lumen/json.h"
+#include "lumen/gguf/json.h"
 #include "lumen/runtime/session.h"
-#include "lumen/tokenizer.h"
+#include "lumen/text/tokenizer.h"
 #include "runtime_support.h"
 
 namespace lumen::runtime {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "lumen/codegen.h"
+#include "lumen/codegen/codegen.h"
 #include "lumen/runtime/compiled_model.h"
 
 namespace lumen::runtime::testing {

@@ -1,7 +1,7 @@
 // Sampler tests: greedy, each filter of the chain on hand-made distributions,
 // penalties, seeded reproducibility, a full-size vocabulary, and stop-string
 // streaming.
-#include "lumen/sampler.h"
+#include "lumen/runtime/sampler.h"
 
 #include <gtest/gtest.h>
 

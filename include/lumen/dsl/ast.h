@@ -25,7 +25,7 @@
 #include <string_view>
 #include <vector>
 
-#include "lumen/diagnostics.h"
+#include "lumen/common/diagnostics.h"
 
 namespace lumen::dsl::ast {
 

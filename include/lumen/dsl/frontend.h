@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "lumen/diagnostics.h"
+#include "lumen/common/diagnostics.h"
 #include "lumen/dsl/ast.h"
 
 namespace lumen::dsl {

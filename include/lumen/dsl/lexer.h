@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "lumen/diagnostics.h"
+#include "lumen/common/diagnostics.h"
 
 namespace lumen::dsl {
 

@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "lumen/diagnostics.h"
+#include "lumen/common/diagnostics.h"
 #include "lumen/dsl/ast.h"
 #include "lumen/dsl/lexer.h"
 

@@ -9,7 +9,7 @@
 // n_head equals n_embd when the program checks n_embd % n_head == 0).
 #pragma once
 
-#include "lumen/diagnostics.h"
+#include "lumen/common/diagnostics.h"
 #include "lumen/dsl/ast.h"
 
 namespace lumen::dsl {

@@ -7,7 +7,7 @@
 
 #include <optional>
 
-#include "lumen/diagnostics.h"
+#include "lumen/common/diagnostics.h"
 #include "lumen/dsl/ast.h"
 #include "lumen/ir/ir.h"
 

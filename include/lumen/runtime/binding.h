@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "lumen/gguf.h"
+#include "lumen/gguf/gguf.h"
 #include "lumen/runtime/compiled_model.h"
 
 namespace lumen::runtime {

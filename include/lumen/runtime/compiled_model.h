@@ -9,8 +9,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "lumen/kernel_abi.h"
-#include "lumen/program.h"
+#include "lumen/target/kernel_abi.h"
+#include "lumen/program/program.h"
 
 namespace lumen::runtime {
 

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "lumen/program.h"
+#include "lumen/program/program.h"
 
 namespace lumen::runtime::ops {
 

@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "lumen/gguf.h"
+#include "lumen/gguf/gguf.h"
 #include "lumen/runtime/compiled_model.h"
 
 namespace lumen::runtime {

@@ -1,21 +1,16 @@
-// Library side of the lumen-gguf tool: a gguf-dump style description of a
-// file, and the synthesizer that writes random Qwen2 models for tests and
-// benchmarks (tensor names, types and metadata as llama.cpp's qwen2 loader
-// expects them).
+// The GGUF synthesizer of `lumen-gguf synth`: writes random Qwen2 models for
+// tests and benchmarks (tensor names, types and metadata as llama.cpp's qwen2
+// loader expects them). A tool, not part of the runtime: it knows where the
+// pinned tokenizer package is installed in the source tree.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 
-#include "lumen/gguf.h"
+#include "lumen/gguf/gguf.h"
 
 namespace lumen::gguf {
-
-// Metadata and tensor table as text. Without `all_items`, arrays longer than
-// kInfoArrayItems are summarized as `[151936 strings: "!", "\"", ... ]`.
-constexpr size_t kInfoArrayItems = 8;
-std::string describe(const File& file, bool all_items);
 
 // Shape of a synthetic Qwen2 model.
 struct SynthConfig {

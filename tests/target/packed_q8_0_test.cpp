@@ -5,13 +5,10 @@
 #include <random>
 #include <vector>
 
-#include "lumen/codegen/kernel_support.h"
-#include "lumen/kernel_abi.h"
+#include "lumen/target/packed_q8_0.h"
 
 namespace lumen {
 namespace {
-
-using codegen::kPackedBlockBytes;
 
 std::vector<BlockQ8_0> random_rows(int64_t rows, int64_t k, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -43,10 +40,10 @@ TEST(WeightPack, EveryWeightAndScaleRoundTrips) {
     for (int64_t row = 0; row < 48; ++row) {
       const uint8_t* group = packed.data() + (1 + row / 16) * kb * kPackedBlockBytes;
       for (int64_t b = 0; b < kb; ++b) {
-        const uint16_t d = codegen::packed_scale(group, kb, row % 16, b);
+        const uint16_t d = packed_scale(group, kb, row % 16, b);
         EXPECT_EQ(d, row < rows ? src[row * kb + b].d : 0) << to_string(isa) << " row " << row;
         for (int64_t i = 0; i < 32; ++i) {
-          const int8_t w = codegen::packed_weight(isa, group, kb, row % 16, b * 32 + i);
+          const int8_t w = packed_weight(isa, group, kb, row % 16, b * 32 + i);
           ASSERT_EQ(w, row < rows ? src[row * kb + b].qs[i] : 0) << to_string(isa) << " row " << row;
         }
       }
@@ -60,10 +57,10 @@ TEST(WeightPack, GateUpAlternateGroups) {
   std::vector<uint8_t> packed(2 * packed_bytes(Isa::Avx512Vnni, rows, k));
   pack_q8_0_gate_up(Isa::Avx512Vnni, gate.data(), up.data(), rows, k, packed.data());
   const int64_t gb = kb * kPackedBlockBytes;
-  EXPECT_EQ(codegen::packed_weight(Isa::Avx512Vnni, packed.data() + 0 * gb, kb, 3, 5), gate[3 * kb].qs[5]);
-  EXPECT_EQ(codegen::packed_weight(Isa::Avx512Vnni, packed.data() + 1 * gb, kb, 3, 5), up[3 * kb].qs[5]);
-  EXPECT_EQ(codegen::packed_weight(Isa::Avx512Vnni, packed.data() + 2 * gb, kb, 2, 40), gate[18 * kb + 1].qs[8]);
-  EXPECT_EQ(codegen::packed_weight(Isa::Avx512Vnni, packed.data() + 3 * gb, kb, 2, 40), up[18 * kb + 1].qs[8]);
+  EXPECT_EQ(packed_weight(Isa::Avx512Vnni, packed.data() + 0 * gb, kb, 3, 5), gate[3 * kb].qs[5]);
+  EXPECT_EQ(packed_weight(Isa::Avx512Vnni, packed.data() + 1 * gb, kb, 3, 5), up[3 * kb].qs[5]);
+  EXPECT_EQ(packed_weight(Isa::Avx512Vnni, packed.data() + 2 * gb, kb, 2, 40), gate[18 * kb + 1].qs[8]);
+  EXPECT_EQ(packed_weight(Isa::Avx512Vnni, packed.data() + 3 * gb, kb, 2, 40), up[18 * kb + 1].qs[8]);
 }
 
 TEST(WeightPack, RejectsBadShapes) {

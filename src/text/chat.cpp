@@ -3,7 +3,7 @@
 #include <string>
 #include <utility>
 
-#include "lumen/chat.h"
+#include "lumen/text/chat.h"
 
 namespace lumen {
 

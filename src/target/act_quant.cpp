@@ -6,14 +6,13 @@
 #include <cmath>
 #include <cstring>
 
-#include "lumen/codegen/kernel_support.h"
-#include "lumen/kernel_abi.h"
+#include "lumen/target/act_quant.h"
+#include "lumen/target/isa.h"
 
 namespace lumen {
-namespace codegen {
 namespace {
 
-// The kernels want -128 * sum(q) to start their u8 x s8 accumulators (see kernel_abi.h).
+// The kernels want -128 * sum(q) to start their u8 x s8 accumulators (see act_quant.h).
 int32_t sum_correction(const int8_t* qs) {
   int32_t sum = 0;
   for (int i = 0; i < kQ8Block; ++i) sum += qs[i];
@@ -83,15 +82,13 @@ __attribute__((target("avx2,fma,f16c"))) void quantize_act_avx2(const float* x, 
   }
 }
 
-}  // namespace codegen
-
 void quantize_act(const float* x, ActBlock* out, int64_t k) {
   const uint64_t need = kCpuAvx2 | kCpuF16c;
   static const bool use_avx2 = (cpu_features() & need) == need;
   if (use_avx2) {
-    codegen::quantize_act_avx2(x, out, k);
+    quantize_act_avx2(x, out, k);
   } else {
-    codegen::quantize_act_scalar(x, out, k);
+    quantize_act_scalar(x, out, k);
   }
 }
 

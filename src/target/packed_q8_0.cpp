@@ -1,15 +1,13 @@
 // Load-time repack of Q8_0 weight rows into the 16-row groups the generated
-// kernels stream (layout in include/lumen/codegen/kernel_support.h). Same
+// kernels stream (layout in include/lumen/target/packed_q8_0.h). Same
 // 34 bytes per 32 weights as GGUF: the repack costs no memory.
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
-#include "lumen/codegen/kernel_support.h"
-#include "lumen/kernel_abi.h"
+#include "lumen/target/packed_q8_0.h"
 
 namespace lumen {
-namespace codegen {
 
 int8_t packed_weight(Isa isa, const uint8_t* group, int64_t k_blocks, int64_t r, int64_t k) {
   (void)k_blocks;
@@ -25,23 +23,18 @@ uint16_t packed_scale(const uint8_t* group, int64_t k_blocks, int64_t r, int64_t
   return d;
 }
 
-}  // namespace codegen
-
-int64_t pack_row_group(Isa) { return codegen::kPackRows; }
+int64_t pack_row_group(Isa) { return kPackRows; }
 
 int64_t packed_bytes(Isa, int64_t rows, int64_t k) {
   if (rows < 0 || k < 0 || k % kQ8Block != 0) {
     throw std::invalid_argument("packed_bytes: k must be a non-negative multiple of 32");
   }
-  const int64_t groups = (rows + codegen::kPackRows - 1) / codegen::kPackRows;
-  return groups * (k / kQ8Block) * codegen::kPackedBlockBytes;
+  const int64_t groups = (rows + kPackRows - 1) / kPackRows;
+  return groups * (k / kQ8Block) * kPackedBlockBytes;
 }
 
 void pack_q8_0(Isa isa, const BlockQ8_0* src, int64_t rows, int64_t k, uint8_t* out,
                int64_t first_group) {
-  using codegen::kPackedBlockBytes;
-  using codegen::kPackedScaleBytes;
-  using codegen::kPackRows;
   if (rows < 0 || k <= 0 || k % kQ8Block != 0 || first_group < 0) {
     throw std::invalid_argument("pack_q8_0: rows >= 0, k a positive multiple of 32, first_group >= 0");
   }
@@ -72,7 +65,6 @@ void pack_q8_0(Isa isa, const BlockQ8_0* src, int64_t rows, int64_t k, uint8_t* 
 
 void pack_q8_0_gate_up(Isa isa, const BlockQ8_0* gate, const BlockQ8_0* up, int64_t rows, int64_t k,
                        uint8_t* out) {
-  using codegen::kPackRows;
   const int64_t k_blocks = k / kQ8Block;
   const int64_t groups = (rows + kPackRows - 1) / kPackRows;
   for (int64_t g = 0; g < groups; ++g) {

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "lumen/tokenizer.h"
+#include "lumen/text/tokenizer.h"
 
 namespace lumen::unicode {
 

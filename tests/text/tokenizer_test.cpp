@@ -2,7 +2,7 @@
 // real Qwen2.5 vocabulary, the qwen2 pre-tokenizer on hand-made edge cases,
 // BPE on a tiny vocabulary, detokenization, UTF-8 streaming, bad metadata,
 // and the generated Unicode tables being up to date.
-#include "lumen/tokenizer.h"
+#include "lumen/text/tokenizer.h"
 
 #include <gtest/gtest.h>
 
@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "lumen/gguf.h"
-#include "lumen/json.h"
+#include "lumen/gguf/gguf.h"
+#include "lumen/gguf/json.h"
 
 namespace lumen {
 namespace {
@@ -260,14 +260,14 @@ TEST(Unicode, DecodesLikeLlamaCpp) {
 // The committed tables are exactly what the generator produces.
 TEST(Unicode, GeneratedTablesAreUpToDate) {
   if (std::system("python3 --version > /dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "python3 not found: cannot regenerate src/runtime/unicode_tables.cpp";
+    GTEST_SKIP() << "python3 not found: cannot regenerate src/text/unicode_tables.cpp";
   }
   const std::string source = LUMEN_SOURCE_DIR;
   const std::string out = std::string(LUMEN_BINARY_DIR) + "/unicode_tables.regenerated.cpp";
   const std::string command = "python3 '" + source + "/tools/gen_unicode_tables.py' -o '" + out + "'";
   ASSERT_EQ(std::system(command.c_str()), 0) << command;
-  EXPECT_TRUE(read_file(out) == read_file(source + "/src/runtime/unicode_tables.cpp"))
-      << "src/runtime/unicode_tables.cpp is stale: run " << command;
+  EXPECT_TRUE(read_file(out) == read_file(source + "/src/text/unicode_tables.cpp"))
+      << "src/text/unicode_tables.cpp is stale: run " << command;
 }
 
 // ---------------------------------------------------------------------------

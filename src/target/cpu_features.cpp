@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "lumen/kernel_abi.h"
+#include "lumen/target/kernel_abi.h"
 
 namespace lumen {
 namespace {

@@ -1,7 +1,7 @@
 // Chat template tests: exact ChatML strings for one and two turns, the Qwen
 // default system prompt, --system replacement, and incremental turns adding
 // up to the full transcript.
-#include "lumen/chat.h"
+#include "lumen/text/chat.h"
 
 #include <gtest/gtest.h>
 

@@ -24,7 +24,7 @@ struct VocabularyView;
 }
 
 // Unicode facts the pre-tokenizer needs; tables are generated from the UCD
-// by tools/gen_unicode_tables.py into src/runtime/unicode_tables.cpp.
+// by tools/gen_unicode_tables.py into src/text/unicode_tables.cpp.
 namespace unicode {
 
 // General category class; numbering matches the generated tables.

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "lumen/kernel_abi.h"
-#include "lumen/program.h"
+#include "lumen/target/kernel_abi.h"
+#include "lumen/program/program.h"
 
 namespace lumen::codegen {
 

@@ -15,8 +15,8 @@
 #include <string_view>
 #include <vector>
 
-#include "lumen/gguf.h"
-#include "lumen/tokenizer.h"
+#include "lumen/gguf/gguf.h"
+#include "lumen/text/tokenizer.h"
 
 namespace lumen {
 

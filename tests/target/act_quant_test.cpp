@@ -7,8 +7,8 @@
 #include <random>
 #include <vector>
 
-#include "lumen/codegen/kernel_support.h"
-#include "lumen/kernel_abi.h"
+#include "lumen/target/act_quant.h"
+#include "lumen/target/isa.h"
 
 namespace lumen {
 namespace {
@@ -62,7 +62,7 @@ std::vector<float> test_input() {
 TEST(ActQuant, ScalarMatchesPlainGgmlTranscription) {
   const std::vector<float> x = test_input();
   std::vector<ActBlock> got(x.size() / 32);
-  codegen::quantize_act_scalar(x.data(), got.data(), int64_t(x.size()));
+  quantize_act_scalar(x.data(), got.data(), int64_t(x.size()));
   expect_same(plain_reference(x), got, "scalar");
 }
 
@@ -71,7 +71,7 @@ TEST(ActQuant, Avx2MatchesScalar) {
   if ((cpu_features() & need) != need) GTEST_SKIP() << "no AVX2+F16C";
   const std::vector<float> x = test_input();
   std::vector<ActBlock> got(x.size() / 32), dispatched(x.size() / 32);
-  codegen::quantize_act_avx2(x.data(), got.data(), int64_t(x.size()));
+  quantize_act_avx2(x.data(), got.data(), int64_t(x.size()));
   expect_same(plain_reference(x), got, "avx2");
   quantize_act(x.data(), dispatched.data(), int64_t(x.size()));
   expect_same(plain_reference(x), dispatched, "quantize_act");
@@ -84,7 +84,7 @@ TEST(ActQuant, TiesRoundToEven) {
   x[2] = -3.5f;
   x[3] = 0.5f;
   ActBlock blk;
-  codegen::quantize_act_scalar(x.data(), &blk, 32);
+  quantize_act_scalar(x.data(), &blk, 32);
   EXPECT_EQ(blk.qs[0], 127);
   EXPECT_EQ(blk.qs[1], 2);
   EXPECT_EQ(blk.qs[2], -4);

@@ -1,5 +1,5 @@
-// Memory read bandwidth probe (see include/lumen/codegen/membw.h).
-#include "lumen/codegen/membw.h"
+// Memory read bandwidth probe (see include/lumen/target/membw.h).
+#include "lumen/target/membw.h"
 
 #include <immintrin.h>
 
@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "lumen/kernel_abi.h"
-#include "lumen/runtime/page_buffer.h"
+#include "lumen/target/kernel_abi.h"
+#include "lumen/target/page_buffer.h"
 
 namespace lumen {
 namespace {
@@ -62,7 +62,7 @@ std::pair<double, double> read_passes(size_t bytes, int threads, int repeats, si
   }
   bytes &= ~size_t(4095);
   // Huge pages, as the packed weights use: the ceiling is what the weights could be read at.
-  runtime::PageBuffer mem(bytes, runtime::PageBuffer::Pages::Huge);
+  PageBuffer mem(bytes, PageBuffer::Pages::Huge);
   uint8_t* buf = mem.data();
   std::memset(buf, 1, bytes);
   const bool avx512 = (cpu_features() & kCpuAvx512f) != 0;

@@ -11,7 +11,7 @@
 #include <string_view>
 
 #include "lumen/ir/ir.h"
-#include "lumen/program.h"
+#include "lumen/program/program.h"
 
 namespace lumen::passes {
 

@@ -1,12 +1,11 @@
-#include "lumen/runtime/page_buffer.h"
+#include "lumen/target/page_buffer.h"
 
 #include <sys/mman.h>
 
 #include <string>
 
-#include "lumen/runtime/compiled_model.h"
 
-namespace lumen::runtime {
+namespace lumen {
 
 namespace {
 constexpr size_t kHugePage = size_t(2) << 20;
@@ -17,7 +16,7 @@ PageBuffer::PageBuffer(size_t bytes, Pages pages) : size_(bytes) {
   const bool huge = pages == Pages::Huge && bytes >= kHugePage;
   map_size_ = huge ? bytes + kHugePage : bytes;
   void* p = mmap(nullptr, map_size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw LoadError("out of memory allocating " + std::to_string(bytes) + " bytes");
+  if (p == MAP_FAILED) throw PageBuffer::OutOfMemory("out of memory allocating " + std::to_string(bytes) + " bytes");
   map_ = p;
   auto addr = reinterpret_cast<uintptr_t>(p);
   if (huge) {
@@ -32,4 +31,4 @@ PageBuffer::~PageBuffer() {
   if (map_ != nullptr) munmap(map_, map_size_);
 }
 
-}  // namespace lumen::runtime
+}  // namespace lumen

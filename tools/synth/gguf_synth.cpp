@@ -18,9 +18,9 @@
 
 #include <fmt/format.h>
 
-#include "lumen/gguf_tools.h"
-#include "lumen/json.h"
-#include "lumen/numeric.h"
+#include "gguf_synth.h"
+#include "lumen/gguf/json.h"
+#include "lumen/common/numeric.h"
 
 namespace lumen::gguf {
 

@@ -5,16 +5,20 @@
 // packing 4x faster (docs/performance.md).
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <utility>
 
-namespace lumen::runtime {
+namespace lumen {
 
 class PageBuffer {
  public:
   enum class Pages { Normal, Huge };
 
   PageBuffer() = default;
-  // Throws LoadError when the memory cannot be mapped.
+  struct OutOfMemory : std::runtime_error {
+    using std::runtime_error::runtime_error;
+  };
+  // Throws OutOfMemory when the memory cannot be mapped.
   explicit PageBuffer(size_t bytes, Pages pages = Pages::Normal);
   ~PageBuffer();
   PageBuffer(PageBuffer&& o) noexcept
@@ -40,4 +44,4 @@ class PageBuffer {
   size_t size_ = 0;
 };
 
-}  // namespace lumen::runtime
+}  // namespace lumen
