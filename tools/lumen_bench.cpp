@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "lumen/common/internal_error.h"
 #include "lumen/target/membw.h"
 #include "lumen/gguf/gguf.h"
 #include "lumen/runtime/compiled_model.h"
@@ -173,138 +174,138 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  try {
-    const auto prompts = parse_list(p_list, "-p");
-    const auto gens = parse_list(n_list, "-n");
-    std::vector<int64_t> threads;
-    if (!t_list.empty()) threads = parse_list(t_list, "-t");
-    for (int64_t t : threads)
-      if (t < 1 || t > 1024) throw CLI::ValidationError("-t", "thread counts must be between 1 and 1024");
+  return lumen::run_tool("lumen-bench", [&] {
+    try {
+      const auto prompts = parse_list(p_list, "-p");
+      const auto gens = parse_list(n_list, "-n");
+      std::vector<int64_t> threads;
+      if (!t_list.empty()) threads = parse_list(t_list, "-t");
+      for (int64_t t : threads)
+        if (t < 1 || t > 1024) throw CLI::ValidationError("-t", "thread counts must be between 1 and 1024");
 
-    auto model = std::make_shared<const lumen::runtime::CompiledModel>(lumen::runtime::load_model_so(so_path));
-    const int64_t max_p = std::max<int64_t>(1, *std::max_element(prompts.begin(), prompts.end()));
-    const int64_t max_n = *std::max_element(gens.begin(), gens.end());
+      auto model = std::make_shared<const lumen::runtime::CompiledModel>(lumen::runtime::load_model_so(so_path));
+      const int64_t max_p = std::max<int64_t>(1, *std::max_element(prompts.begin(), prompts.end()));
+      const int64_t max_n = *std::max_element(gens.begin(), gens.end());
 
-    std::vector<Row> rows;
-    std::mt19937 rng(1234);
-    std::string model_desc, model_size, params;
-    if (threads.empty()) threads.push_back(0);
-    for (int64_t t : threads) {
-      lumen::runtime::SessionOptions opt;
-      opt.n_threads = int(t);
-      opt.n_batch = max_p;
-      opt.n_ctx = ((max_p + max_n + 31) / 32) * 32;  // as llama-bench: prompt + generation, padded to 32
-      opt.kv_type = kv == "f32" ? lumen::runtime::KvType::F32 : lumen::runtime::KvType::F16;
-      Session s(model, gguf_path, opt);
-      const int nt = s.n_threads();
-      const double bw = lumen::measure_read_bandwidth(size_t(1) << 30, nt, 5);
-      const double bpt = weight_bytes_per_token(s);
-      if (model_desc.empty()) {
-        double n_params = 0, bytes = 0;
-        for (const auto& ti : s.gguf().tensors()) {
-          n_params += double(ti.n_elements);
-          bytes += double(ti.n_bytes);
+      std::vector<Row> rows;
+      std::mt19937 rng(1234);
+      std::string model_desc, model_size, params;
+      if (threads.empty()) threads.push_back(0);
+      for (int64_t t : threads) {
+        lumen::runtime::SessionOptions opt;
+        opt.n_threads = int(t);
+        opt.n_batch = max_p;
+        opt.n_ctx = ((max_p + max_n + 31) / 32) * 32;  // as llama-bench: prompt + generation, padded to 32
+        opt.kv_type = kv == "f32" ? lumen::runtime::KvType::F32 : lumen::runtime::KvType::F16;
+        Session s(model, gguf_path, opt);
+        const int nt = s.n_threads();
+        const double bw = lumen::measure_read_bandwidth(size_t(1) << 30, nt, 5);
+        const double bpt = weight_bytes_per_token(s);
+        if (model_desc.empty()) {
+          double n_params = 0, bytes = 0;
+          for (const auto& ti : s.gguf().tensors()) {
+            n_params += double(ti.n_elements);
+            bytes += double(ti.n_bytes);
+          }
+          model_desc = model->program.arch + " Q8_0";
+          model_size = human_size(bytes);
+          params = n_params >= 1e9 ? fmt::format("{:.2f} B", n_params / 1e9) : fmt::format("{:.2f} M", n_params / 1e6);
+          std::fprintf(stderr, "lumen-bench: load %.2f s (pack %.2f s, %s packed), target %s\n",
+                       s.load_stats().load_seconds, s.load_stats().pack_seconds,
+                       human_size(double(s.load_stats().packed_bytes)).c_str(), model->target.c_str());
         }
-        model_desc = model->program.arch + " Q8_0";
-        model_size = human_size(bytes);
-        params = n_params >= 1e9 ? fmt::format("{:.2f} B", n_params / 1e9) : fmt::format("{:.2f} M", n_params / 1e6);
-        std::fprintf(stderr, "lumen-bench: load %.2f s (pack %.2f s, %s packed), target %s\n",
-                     s.load_stats().load_seconds, s.load_stats().pack_seconds,
-                     human_size(double(s.load_stats().packed_bytes)).c_str(), model->target.c_str());
-      }
-      for (int64_t p : prompts) {
-        if (p == 0) continue;
-        Row r;
-        r.test = fmt::format("pp{}", p);
-        r.n_prompt = p;
-        r.threads = nt;
-        const auto tokens = random_tokens(rng, p, s.n_vocab());
-        run_pp(s, tokens);  // warm-up
-        for (int i = 0; i < reps; ++i) r.samples_ts.push_back(double(p) / run_pp(s, tokens));
-        mean_sd(r);
-        r.bandwidth_gbs = bw;
-        r.gops = matmul_ops(s, p) * r.mean / double(p) / 1e9;
-        rows.push_back(r);
-      }
-      for (int64_t n : gens) {
-        if (n == 0) continue;
-        Row r;
-        r.test = fmt::format("tg{}", n);
-        r.n_gen = n;
-        r.threads = nt;
-        run_tg(s, rng, 1);  // warm-up
-        // The ceiling is probed right before every repetition: on a shared
-        // host the bandwidth drifts within seconds, and a probe taken before
-        // the pp rows may describe another moment.
-        double bw_sum = 0;
-        for (int i = 0; i < reps; ++i) {
-          bw_sum += lumen::measure_read_bandwidth(size_t(1) << 30, nt, 3);
-          r.samples_ts.push_back(double(n) / run_tg(s, rng, n));
+        for (int64_t p : prompts) {
+          if (p == 0) continue;
+          Row r;
+          r.test = fmt::format("pp{}", p);
+          r.n_prompt = p;
+          r.threads = nt;
+          const auto tokens = random_tokens(rng, p, s.n_vocab());
+          run_pp(s, tokens);  // warm-up
+          for (int i = 0; i < reps; ++i) r.samples_ts.push_back(double(p) / run_pp(s, tokens));
+          mean_sd(r);
+          r.bandwidth_gbs = bw;
+          r.gops = matmul_ops(s, p) * r.mean / double(p) / 1e9;
+          rows.push_back(r);
         }
-        mean_sd(r);
-        r.bandwidth_gbs = bw_sum / reps;
-        r.bytes_per_token = bpt;
-        r.ceiling_ts = r.bandwidth_gbs * 1e9 / bpt;
-        rows.push_back(r);
+        for (int64_t n : gens) {
+          if (n == 0) continue;
+          Row r;
+          r.test = fmt::format("tg{}", n);
+          r.n_gen = n;
+          r.threads = nt;
+          run_tg(s, rng, 1);  // warm-up
+          // The ceiling is probed right before every repetition: on a shared
+          // host the bandwidth drifts within seconds, and a probe taken before
+          // the pp rows may describe another moment.
+          double bw_sum = 0;
+          for (int i = 0; i < reps; ++i) {
+            bw_sum += lumen::measure_read_bandwidth(size_t(1) << 30, nt, 3);
+            r.samples_ts.push_back(double(n) / run_tg(s, rng, n));
+          }
+          mean_sd(r);
+          r.bandwidth_gbs = bw_sum / reps;
+          r.bytes_per_token = bpt;
+          r.ceiling_ts = r.bandwidth_gbs * 1e9 / bpt;
+          rows.push_back(r);
+        }
       }
-    }
 
-    struct rusage ru {};
-    getrusage(RUSAGE_SELF, &ru);
-    if (format == "json") {
-      std::printf("[\n");
-      for (size_t i = 0; i < rows.size(); ++i) {
-        const Row& r = rows[i];
-        std::string samples;
-        for (size_t j = 0; j < r.samples_ts.size(); ++j) samples += fmt::format("{}{:.4f}", j ? ", " : "", r.samples_ts[j]);
-        std::printf(
-            "  {\"model\": \"%s\", \"target\": \"%s\", \"test\": \"%s\", \"n_prompt\": %lld, \"n_gen\": %lld, "
-            "\"threads\": %d, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"samples_ts\": [%s], "
-            "\"bandwidth_gbs\": %.3f, \"bytes_per_token\": %.0f, \"ceiling_ts\": %.4f, \"gops\": %.3f, "
-            "\"peak_rss_mib\": %.1f}%s\n",
-            model_desc.c_str(), model->target.c_str(), r.test.c_str(), (long long)r.n_prompt, (long long)r.n_gen,
-            r.threads, r.mean, r.sd, samples.c_str(), r.bandwidth_gbs, r.bytes_per_token, r.ceiling_ts, r.gops,
-            double(ru.ru_maxrss) / 1024.0, i + 1 < rows.size() ? "," : "");
+      struct rusage ru {};
+      getrusage(RUSAGE_SELF, &ru);
+      if (format == "json") {
+        std::printf("[\n");
+        for (size_t i = 0; i < rows.size(); ++i) {
+          const Row& r = rows[i];
+          std::string samples;
+          for (size_t j = 0; j < r.samples_ts.size(); ++j)
+            samples += fmt::format("{}{:.4f}", j ? ", " : "", r.samples_ts[j]);
+          std::printf(
+              "  {\"model\": \"%s\", \"target\": \"%s\", \"test\": \"%s\", \"n_prompt\": %lld, \"n_gen\": %lld, "
+              "\"threads\": %d, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"samples_ts\": [%s], "
+              "\"bandwidth_gbs\": %.3f, \"bytes_per_token\": %.0f, \"ceiling_ts\": %.4f, \"gops\": %.3f, "
+              "\"peak_rss_mib\": %.1f}%s\n",
+              model_desc.c_str(), model->target.c_str(), r.test.c_str(), (long long)r.n_prompt, (long long)r.n_gen,
+              r.threads, r.mean, r.sd, samples.c_str(), r.bandwidth_gbs, r.bytes_per_token, r.ceiling_ts, r.gops,
+              double(ru.ru_maxrss) / 1024.0, i + 1 < rows.size() ? "," : "");
+        }
+        std::printf("]\n");
+      } else {
+        std::printf("| model | size | params | backend | threads | test | t/s | read GB/s | roofline |\n");
+        std::printf("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
+        for (const Row& r : rows) {
+          const std::string roof =
+              r.n_gen ? fmt::format("{:.1f} MB/tok, ceiling {:.2f} t/s, {:.0f}%", r.bytes_per_token / 1e6,
+                                    r.ceiling_ts, 100.0 * r.mean / r.ceiling_ts)
+                      : fmt::format("{:.1f} GOP/s", r.gops);
+          std::printf("| %s | %s | %s | lumen %s | %d | %s | %.2f ± %.2f | %.1f | %s |\n", model_desc.c_str(),
+                      model_size.c_str(), params.c_str(), model->target.c_str(), r.threads, r.test.c_str(), r.mean,
+                      r.sd, r.bandwidth_gbs, roof.c_str());
+        }
+        std::printf("\npeak RSS %.1f MiB\n", double(ru.ru_maxrss) / 1024.0);
       }
-      std::printf("]\n");
-    } else {
-      std::printf("| model | size | params | backend | threads | test | t/s | read GB/s | roofline |\n");
-      std::printf("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
-      for (const Row& r : rows) {
-        const std::string roof =
-            r.n_gen ? fmt::format("{:.1f} MB/tok, ceiling {:.2f} t/s, {:.0f}%", r.bytes_per_token / 1e6,
-                                  r.ceiling_ts, 100.0 * r.mean / r.ceiling_ts)
-                    : fmt::format("{:.1f} GOP/s", r.gops);
-        std::printf("| %s | %s | %s | lumen %s | %d | %s | %.2f ± %.2f | %.1f | %s |\n", model_desc.c_str(),
-                    model_size.c_str(), params.c_str(), model->target.c_str(), r.threads, r.test.c_str(), r.mean,
-                    r.sd, r.bandwidth_gbs, roof.c_str());
-      }
-      std::printf("\npeak RSS %.1f MiB\n", double(ru.ru_maxrss) / 1024.0);
-    }
 
-    if (profile) {
-      lumen::runtime::SessionOptions opt;
-      opt.n_threads = int(threads.front());
-      opt.n_batch = max_p;
-      opt.n_ctx = ((max_p + std::max<int64_t>(max_n, 1) + 31) / 32) * 32;
-      opt.profile = true;
-      Session s(model, gguf_path, opt);
-      run_pp(s, random_tokens(rng, max_p, s.n_vocab()));
-      std::fprintf(stderr, "\nprofile: pp%lld, %d threads\n%s", (long long)max_p, s.n_threads(),
-                   s.profile_report().c_str());
-      if (max_n > 0) {
-        Session g(model, gguf_path, opt);
-        run_tg(g, rng, max_n);
-        std::fprintf(stderr, "\nprofile: tg%lld, %d threads\n%s", (long long)max_n, g.n_threads(),
-                     g.profile_report().c_str());
+      if (profile) {
+        lumen::runtime::SessionOptions opt;
+        opt.n_threads = int(threads.front());
+        opt.n_batch = max_p;
+        opt.n_ctx = ((max_p + std::max<int64_t>(max_n, 1) + 31) / 32) * 32;
+        opt.profile = true;
+        Session s(model, gguf_path, opt);
+        run_pp(s, random_tokens(rng, max_p, s.n_vocab()));
+        std::fprintf(stderr, "\nprofile: pp%lld, %d threads\n%s", (long long)max_p, s.n_threads(),
+                     s.profile_report().c_str());
+        if (max_n > 0) {
+          Session g(model, gguf_path, opt);
+          run_tg(g, rng, max_n);
+          std::fprintf(stderr, "\nprofile: tg%lld, %d threads\n%s", (long long)max_n, g.n_threads(),
+                       g.profile_report().c_str());
+        }
       }
+    } catch (const CLI::ValidationError& e) {  // a bad -p/-n/-t list: bad usage
+      std::fprintf(stderr, "lumen-bench: error: %s\n", e.what());
+      return 2;
     }
-  } catch (const CLI::ValidationError& e) {
-    std::fprintf(stderr, "lumen-bench: error: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "lumen-bench: error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -1,7 +1,8 @@
 // lumen-gguf: inspect GGUF files and synthesize random Qwen2 models.
 //   lumen-gguf info FILE [--all]
 //   lumen-gguf synth -o FILE [--preset tiny|qwen2.5-0.5b] [--n-embd N] ... [--seed N] [--tied] [--vocab-from FILE]
-// Every failure is one line `lumen-gguf: error: ...` on stderr and exit code 1.
+// Every failure is one line `lumen-gguf: error: ...` on stderr and exit code 1
+// (`lumen-gguf: internal error: ...` and exit code 70 for a bug in Lumen).
 #include <unistd.h>
 
 #include <chrono>
@@ -14,6 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "lumen/common/internal_error.h"
 #include "lumen/gguf/gguf.h"
 #include "lumen/gguf/info.h"
 #include "synth/gguf_synth.h"
@@ -120,14 +122,12 @@ int main(int argc, char** argv) {
     return fail(e.what());
   }
 
-  try {
+  return lumen::run_tool("lumen-gguf", [&] {
     if (*info) {
       const lumen::gguf::File file = lumen::gguf::File::open(info_path);
       std::fputs(lumen::gguf::describe(file, info_all).c_str(), stdout);
       return 0;
     }
     return run_synth(synth_flags);
-  } catch (const std::exception& e) {
-    return fail(e.what());
-  }
+  });
 }

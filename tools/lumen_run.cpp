@@ -4,7 +4,8 @@
 // stdout as it is generated; stats and errors go to stderr.
 //
 // Exit codes: 0 success, 1 runtime error (bad files, context overflow, ...),
-// 2 bad command line. Every error is one line: "lumen-run: error: ...".
+// 2 bad command line, 70 internal error (a bug in Lumen). Every error is one
+// line: "lumen-run: error: ..." or "lumen-run: internal error: ...".
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "lumen/common/internal_error.h"
 #include "lumen/text/chat.h"
 #include "lumen/gguf/gguf.h"
 #include "lumen/runtime/compiled_model.h"
@@ -257,11 +259,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "lumen-run: error: %s\n", e.what());
     return 2;
   }
-  try {
-    return run(o);
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "lumen-run: error: %s\n", e.what());
-    return 1;
-  }
+  return lumen::run_tool("lumen-run", [&o] { return run(o); });
 }

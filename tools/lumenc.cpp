@@ -2,7 +2,7 @@
 // IR text form (.ir) - runs the pipeline DSL -> AST -> IR -> passes ->
 // Program, and prints a stage or writes model.so. Thin by design: flags in,
 // library calls, exit codes out (0 ok, 1 an error in the input or a failed
-// stage, 2 bad usage).
+// stage, 2 bad usage, 70 an internal error: a bug in lumenc).
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
@@ -14,6 +14,7 @@
 
 #include "lumen/codegen/codegen.h"
 #include "lumen/common/diagnostics.h"
+#include "lumen/common/internal_error.h"
 #include "lumen/dsl/frontend.h"
 #include "lumen/ir/lower_ast.h"
 #include "lumen/ir/text.h"
@@ -105,6 +106,8 @@ std::string arena_report(const lumen::ir::Module& m, const std::map<std::string,
     std::optional<int64_t> bytes;
     try {
       bytes = lumen::passes::arena_bytes(m, settings, n, &missing);
+    } catch (const lumen::InternalError&) {
+      throw;
     } catch (const std::exception& e) {
       return fmt::format("// arena: cannot evaluate ({})\n", e.what());
     }
@@ -136,7 +139,7 @@ int main(int argc, char** argv) {
       "a shared object with generated x86-64 kernels (model.so) out; run it with lumen-run.\n"
       "Pipeline: DSL -> AST -> tensor IR -> passes (infer_shapes, fuse_*, insert_quantize,\n"
       "schedule, plan_memory) -> scheduled program -> kernels + model.so.\n"
-      "Exit status: 0 ok, 1 errors in the input, 2 bad usage.",
+      "Exit status: 0 ok, 1 errors in the input, 2 bad usage, 70 an internal error (a bug in lumenc).",
       "lumenc"};
   // At most one; "none" is reported after parsing so that a bad flag is named first.
   app.require_subcommand(0, 1);
@@ -203,7 +206,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  try {
+  return lumen::run_tool("lumenc", [&]() -> int {
     if (*check) {
       lumen::DiagnosticEngine diags;
       auto ast = check_dsl(file, diags);
@@ -221,6 +224,13 @@ int main(int argc, char** argv) {
       if (!only.empty()) {
         const auto* pass = lumen::passes::find_pass(only);
         if (!pass) throw Failure("unknown pass '" + only + "' (see lumenc dump-ir --help)");
+        // Every pass after infer_shapes relies on a fully typed IR, which the
+        // pipeline guarantees; a hand-written FILE has to state it.
+        if (pass->name != std::string_view("infer_shapes")) {
+          auto problems = lumen::ir::verify(m, /*require_types=*/true);
+          if (!problems.empty())
+            throw Failure("--only=" + only + " needs a fully typed IR (run infer_shapes first): " + problems.front());
+        }
         pass->run(m);
         lumen::ir::verify_or_throw(m);
         std::cout << lumen::ir::print_module(m);
@@ -252,12 +262,6 @@ int main(int argc, char** argv) {
       lumen::codegen::emit_model_so(program, parse_target(target), output);
       return 0;
     }
-  } catch (const Failure& e) {
-    std::cerr << "lumenc: error: " << e.what() << "\n";
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "lumenc: error: " << e.what() << "\n";
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

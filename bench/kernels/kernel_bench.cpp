@@ -27,7 +27,7 @@ namespace {
 using namespace lumen;
 using lumen::codegen::JitKernel;
 using lumen::codegen::KernelShape;
-using lumen::codegen::KernelSpec;
+using lumen::program::KernelId;
 using program::Epilogue;
 
 // Persistent spinning workers: a GEMV of a small matrix takes tens of
@@ -278,10 +278,12 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "lumen-bench-kernels: --tokens-per-task and --cold-bytes must be positive\n");
     return 1;
   }
-  try {
-    codegen::parse_kernel_name("gemm.none." + gemm_tile);
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "lumen-bench-kernels: bad --tile: {}\n", e.what());
+  // The prefill kernel of an epilogue with the --tile register tile.
+  auto gemm_id = [&gemm_tile](Epilogue e) {
+    return program::parse_kernel_id(std::string("gemm.") + program::to_string(e) + "." + gemm_tile);
+  };
+  if (std::string why; !program::parse_kernel_id("gemm.none." + gemm_tile, &why)) {
+    fmt::print(stderr, "lumen-bench-kernels: bad --tile: {}\n", why);
     return 1;
   }
   fmt::print("cpu: {}\nisa: {}\n", cpu_feature_names(cpu_features()), to_string(isa));
@@ -313,14 +315,13 @@ int main(int argc, char** argv) {
       const int64_t max_n = 512;
       const std::vector<ActBlock> x = make_acts(max_n, s.k);
       std::vector<float> y(max_n * s.m, 0.0f), bias(s.m, 0.5f);
-      KernelSpec gemv{false, s.epilogue, 16, 1};
+      const KernelId gemv = KernelId::gemv(s.epilogue);
       KernelShape gemv_shape = codegen::kernel_shape(isa, gemv);
       if (prefetch >= 0) gemv_shape.prefetch_bytes = prefetch;
       JitKernel gemv_kernel(codegen::generate_matmul_kernel(isa, gemv, gemv_shape));
       const double t_gemv = time_matmul(pool, gemv_kernel.fn(), w, s, x, y, bias, 1, 1, window);
       const double gbs = double(w.bytes) / t_gemv / 1e9;
-      const KernelSpec gemm = codegen::parse_kernel_name(std::string("gemm.") + codegen::epilogue_name(s.epilogue) +
-                                                         "." + gemm_tile);
+      const KernelId gemm = gemm_id(s.epilogue).value();
       KernelShape gemm_shape = codegen::kernel_shape(isa, gemm);
       if (gemm_prefetch >= 0) gemm_shape.prefetch_bytes = gemm_prefetch;
       JitKernel gemm_kernel(codegen::generate_matmul_kernel(isa, gemm, gemm_shape));
@@ -344,7 +345,7 @@ int main(int argc, char** argv) {
     std::vector<float> y(512 * down.m, 0.0f), bias(down.m, 0.5f);
     for (int64_t pf : {0, 256, 544, 1088, 2176, 4352}) {
       if (sweep != "gemv") break;
-      KernelSpec gemv{false, down.epilogue, 16, 1};
+      const KernelId gemv = KernelId::gemv(down.epilogue);
       KernelShape shape = codegen::kernel_shape(isa, gemv);
       shape.prefetch_bytes = pf;
       JitKernel k(codegen::generate_matmul_kernel(isa, gemv, shape));
@@ -353,7 +354,7 @@ int main(int argc, char** argv) {
     }
     for (int64_t groups : {1, 2, 4, 6, 8}) {
       if (sweep != "gemv") break;
-      KernelSpec gemv{false, down.epilogue, 16, 1};
+      const KernelId gemv = KernelId::gemv(down.epilogue);
       KernelShape shape = codegen::kernel_shape(isa, gemv);
       shape.groups = groups;
       JitKernel k(codegen::generate_matmul_kernel(isa, gemv, shape));
@@ -362,7 +363,7 @@ int main(int argc, char** argv) {
     }
     for (int64_t chunk : {int64_t(0), int64_t(64) << 10, int64_t(256) << 10, int64_t(1) << 20}) {
       if (sweep != "gemm") break;
-      const KernelSpec spec = codegen::parse_kernel_name("gemm.residual." + gemm_tile);
+      const KernelId spec = gemm_id(Epilogue::Residual).value();
       KernelShape shape = codegen::kernel_shape(isa, spec);
       shape.chunk_act_bytes = chunk;
       JitKernel k(codegen::generate_matmul_kernel(isa, spec, shape));
@@ -370,9 +371,12 @@ int main(int argc, char** argv) {
       fmt::print("gemm {} {} n512 in one call, token chunk {} KiB: {:.2f} us/token\n", down.name, gemm_tile,
                  chunk >> 10, t / 512 * 1e6);
     }
-    for (const char* tile : {"m16n4", "m16n8", "m32n4", "m32n5", "m32n6", "m48n4", "m64n3"}) {
+    for (auto [tile_m, tile_n] : {std::pair<int64_t, int64_t>{16, 4}, {16, 8}, {32, 4}, {32, 5}, {32, 6}, {48, 4},
+                                  {64, 3}}) {
       if (sweep != "gemm") break;
-      JitKernel k(isa, std::string("gemm.residual.") + tile);
+      const KernelId kernel = KernelId::gemm(Epilogue::Residual, tile_m, tile_n);
+      const std::string tile = "m" + std::to_string(tile_m) + "n" + std::to_string(tile_n);
+      JitKernel k(isa, kernel);
       const double t = time_matmul(pool, k.fn(), w, down, x, y, bias, 512, tokens_per_task, window);
       fmt::print("gemm {} {} n512: {:.2f} us/token, {:.0f} GOP/s\n", down.name, tile, t / 512 * 1e6,
                  2.0 * double(down.m) * double(down.k) * 512 / t / 1e9);

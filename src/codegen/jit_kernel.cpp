@@ -6,13 +6,14 @@
 #include <stdexcept>
 
 #include "lumen/codegen/codegen.h"
+#include "lumen/common/internal_error.h"
 
 namespace lumen::codegen {
 
-JitKernel::JitKernel(Isa isa, const std::string& name) : JitKernel(generate_matmul_kernel(isa, name)) {}
+JitKernel::JitKernel(Isa isa, const program::KernelId& kernel) : JitKernel(generate_matmul_kernel(isa, kernel)) {}
 
 JitKernel::JitKernel(const std::vector<uint8_t>& code) {
-  if (code.empty()) throw std::invalid_argument("JitKernel: empty code");
+  LUMEN_ASSERT(!code.empty(), "JitKernel: empty code");
   size_ = code.size();
   mem_ = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mem_ == MAP_FAILED) {

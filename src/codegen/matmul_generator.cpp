@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "lumen/codegen/codegen.h"
+#include "lumen/common/internal_error.h"
 #include "lumen/codegen/kernel_support.h"
 
 namespace lumen::codegen {
@@ -50,16 +51,17 @@ enum Const { kSignMask, kExpHi, kExpLo, kLog2e, kLn2Hi, kLn2Lo, kP0, kP1, kP2, k
 
 class MatMulGenerator : public CodeGenerator {
  public:
-  MatMulGenerator(Isa isa, const KernelSpec& spec, const KernelShape& shape)
-      : CodeGenerator(1 << 20), isa_(isa), spec_(spec), shape_(shape) {
+  MatMulGenerator(Isa isa, const program::KernelId& kernel, const KernelShape& shape)
+      : CodeGenerator(1 << 20), isa_(isa), kernel_(kernel), shape_(shape) {
     avx512_ = isa != Isa::Avx2;
     halves_ = avx512_ ? 1 : 2;
-    mult_ = spec.epilogue == Epilogue::SiluMul ? 2 : 1;
+    mult_ = kernel.epilogue == Epilogue::SiluMul ? 2 : 1;
     const int64_t max_acc = isa == Isa::Avx512Vnni ? 14 : isa == Isa::Avx512 ? 13 : 5;
-    if (shape.groups < 1 || shape.tokens < 1 || shape.groups * mult_ + shape.tokens > kPointerRegs ||
-        shape.groups * mult_ * halves_ * shape.tokens > max_acc) {
-      throw std::invalid_argument("matmul kernel shape does not fit the register file");
-    }
+    // kernel_shape() clamps every tile to the register file; the benchmark's
+    // explicit shapes must respect it too.
+    LUMEN_ASSERT(shape.groups >= 1 && shape.tokens >= 1 && shape.groups * mult_ + shape.tokens <= kPointerRegs &&
+                     shape.groups * mult_ * halves_ * shape.tokens <= max_acc,
+                 "matmul kernel shape does not fit the register file");
     generate();
   }
 
@@ -405,7 +407,7 @@ class MatMulGenerator : public CodeGenerator {
   }
 
   void epilogue(int gc, int tc, int nacc) {
-    const Epilogue epi = spec_.epilogue;
+    const Epilogue epi = kernel_.epilogue;
     const bool bias = epi == Epilogue::Bias || epi == Epilogue::BiasResidual;
     const bool residual = epi == Epilogue::Residual || epi == Epilogue::BiasResidual;
     const Reg64 y_ptr = r8, b_ptr = r9, r_ptr = r10, rows = r11, tmp = rbx;
@@ -497,7 +499,7 @@ class MatMulGenerator : public CodeGenerator {
   }
 
   Isa isa_;
-  KernelSpec spec_;
+  program::KernelId kernel_;
   KernelShape shape_;
   bool avx512_ = true;
   int halves_ = 1;
@@ -507,15 +509,14 @@ class MatMulGenerator : public CodeGenerator {
 
 }  // namespace
 
-std::vector<uint8_t> generate_matmul_kernel(Isa isa, const KernelSpec& spec, const KernelShape& shape) {
-  MatMulGenerator gen(isa, spec, shape);
+std::vector<uint8_t> generate_matmul_kernel(Isa isa, const program::KernelId& kernel, const KernelShape& shape) {
+  MatMulGenerator gen(isa, kernel, shape);
   const uint8_t* code = gen.getCode();
   return std::vector<uint8_t>(code, code + gen.getSize());
 }
 
-std::vector<uint8_t> generate_matmul_kernel(Isa isa, const std::string& name) {
-  const KernelSpec spec = parse_kernel_name(name);
-  return generate_matmul_kernel(isa, spec, kernel_shape(isa, spec));
+std::vector<uint8_t> generate_matmul_kernel(Isa isa, const program::KernelId& kernel) {
+  return generate_matmul_kernel(isa, kernel, kernel_shape(isa, kernel));
 }
 
 }  // namespace lumen::codegen

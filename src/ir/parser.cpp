@@ -330,7 +330,7 @@ class Parser {
     m_.checks.push_back(std::move(c));
   }
 
-  /// weight ::= "weight" "@" name ["[" "l" "]"] ":" dtype shape "=" string ["else" string] ["optional"]
+  /// weight ::= "weight" "@" name ["[" "l" "]"] ":" dtype shape "=" string ["else" string]
   void parse_weight() {
     Weight w;
     w.line = peek().line;
@@ -348,7 +348,6 @@ class Parser {
     expect_punct("=");
     w.gguf_name = take(Token::Kind::String, "a tensor name").text;
     if (accept_ident("else")) w.fallback = take(Token::Kind::String, "a tensor name").text;
-    if (accept_ident("optional")) w.optional = true;
     if (m_.find_weight(w.name)) fail_at(w.line, "weight '@" + w.name + "' defined twice");
     m_.weights.push_back(std::move(w));
   }
@@ -521,7 +520,7 @@ class Parser {
       return;
     }
     static const std::set<std::string> ident_attrs = {"eps", "base", "mode"};
-    static const std::set<std::string> int_attrs = {"tile_m", "tile_n", "rows_per_task", "tokens_per_task"};
+    static const std::set<std::string> int_attrs = {"rows_per_task", "tokens_per_task"};
     if (op.attr(key)) fail("attribute '" + key + "' given twice");
     if (peek().kind == Token::Kind::String) {
       op.set_attr(key, Attr::string(next().text));

@@ -54,7 +54,8 @@ void fuse_block(ir::Module& m, std::vector<Op>& block) {
     for (size_t j : group) {
       taken[j] = true;
       const ir::Weight* w = m.find_weight(block[j].weights.at(0).name);
-      if (!w || w->shape.size() != 2) throw ir::IrError("fuse_qkv: " + detail::describe(block[j]) + ": bad weight");
+      // The verifier checked that matmul weights exist and are matrices.
+      LUMEN_ASSERT(w && w->shape.size() == 2, "fuse_qkv: " + detail::describe(block[j]) + ": bad weight");
       for (size_t k = 0; k < block[j].weights.size(); ++k) {
         fused.weights.push_back(block[j].weights[k]);
         if (k < block[j].biases.size()) fused.biases.push_back(block[j].biases[k]);

@@ -54,14 +54,17 @@ class Lowering {
     for (const auto& op : f_.post) lower_op(op, p.post);
     p.tokens_buffer = view(f_.tokens).buffer;
     p.logits_buffer = view(f_.result).buffer;
-    p.n_ctx_train = context_length();
+    p.n_ctx_train = context_length(p);
     p.kv_dim = kv_dim_.value_or(Expr::constant(0));
     p.arena_bytes = expr(m_.memory->arena_bytes);
     return p;
   }
 
  private:
-  [[noreturn]] void fail(const std::string& msg) const { throw ir::IrError("lower_to_program: " + msg); }
+  // The pipeline before this lowering guarantees what it checks (params
+  // exist, every value has a buffer, every matmul is scheduled): a failure is
+  // a bug in Lumen, not in the user's program.
+  [[noreturn]] void fail(const std::string& msg) const { internal_error("lower_to_program: " + msg); }
 
   int param_index(const std::string& name) const {
     for (size_t i = 0; i < m_.params.size(); ++i)
@@ -136,7 +139,6 @@ class Lowering {
       pw.dtypes = {to_program(w.dtype)};
       for (auto it = w.shape.rbegin(); it != w.shape.rend(); ++it) pw.shape.push_back(expr(*it));  // ggml order
       pw.fallback = w.fallback;
-      pw.optional = w.optional;
       weight_index_[w.name] = static_cast<int>(p.weights.size());
       p.weights.push_back(std::move(pw));
     }
@@ -225,10 +227,13 @@ class Lowering {
     if (!a || a->kind != ir::Attr::Kind::Int) fail(detail::describe(op) + ": not scheduled (no " + name + ")");
     return a->int_value;
   }
-  std::string string_attr(const ir::Op& op, const char* name) const {
+  program::KernelId kernel_attr(const ir::Op& op, const char* name) const {
     const ir::Attr* a = op.attr(name);
     if (!a || a->kind != ir::Attr::Kind::String) fail(detail::describe(op) + ": not scheduled (no " + name + ")");
-    return a->text;
+    std::string why;
+    std::optional<program::KernelId> k = program::parse_kernel_id(a->text, &why);
+    if (!k) fail(detail::describe(op) + ": " + name + " '" + a->text + "': " + why);
+    return *k;
   }
 
   void lower_op(const ir::Op& op, std::vector<program::Op>& out) {
@@ -251,10 +256,8 @@ class Lowering {
         p.biases = weights(op.biases);
         p.epilogue = to_program(op.epilogue);
         if (op.residual != ir::kNoValue) p.residual = view(op.residual);
-        p.schedule.decode_kernel = string_attr(op, "decode_kernel");
-        p.schedule.prefill_kernel = string_attr(op, "prefill_kernel");
-        p.schedule.tile_m = int_attr(op, "tile_m");
-        p.schedule.tile_n = int_attr(op, "tile_n");
+        p.schedule.decode_kernel = kernel_attr(op, "decode_kernel");
+        p.schedule.prefill_kernel = kernel_attr(op, "prefill_kernel");
         p.schedule.rows_per_task = int_attr(op, "rows_per_task");
         p.schedule.tokens_per_task = int_attr(op, "tokens_per_task");
         break;
@@ -285,11 +288,29 @@ class Lowering {
     out.push_back(std::move(p));
   }
 
-  // The training context length: the standard GGUF key "<arch>.context_length".
-  Expr context_length() const {
+  // The training context length: the standard GGUF key "<arch>.context_length",
+  // through the param that reads it. A program without such a param still
+  // bounds --ctx by it: it gets an hparam of its own for the key, required,
+  // so that a GGUF without the key fails to bind naming it (docs/runtime.md).
+  Expr context_length(program::Program& p) const {
+    const std::string key = m_.name + ".context_length";
     for (size_t i = 0; i < m_.params.size(); ++i)
-      if (m_.params[i].gguf_key == m_.name + ".context_length") return Expr::hparam(static_cast<int>(i));
-    return Expr::constant(0);
+      if (m_.params[i].source == ir::Param::Source::Key && m_.params[i].gguf_key == key)
+        return Expr::hparam(static_cast<int>(i));
+    program::HParam h;
+    h.name = "n_ctx_train";
+    auto taken = [&p](const std::string& name) {
+      for (const program::HParam& other : p.hparams)
+        if (other.name == name) return true;
+      return false;
+    };
+    while (taken(h.name)) h.name += "_";
+    h.gguf_key = key;
+    h.kind = program::HParam::Kind::Int;
+    h.required = true;
+    h.min_value = 1;
+    p.hparams.push_back(std::move(h));
+    return Expr::hparam(static_cast<int>(p.hparams.size() - 1));
   }
 
   const ir::Module& m_;

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "lumen/common/internal_error.h"
 #include "lumen/ir/ir.h"
 #include "lumen/program/program.h"
 

@@ -101,7 +101,8 @@ class Planner {
 
   int new_buffer(ValueId v) {
     const ir::Type& t = f_.type(v);
-    if (!t.known || t.shape.empty() || t.shape.size() > 2) fail("value without a matrix type");
+    // infer_shapes typed every value and the verifier required it.
+    LUMEN_ASSERT(t.known && !t.shape.empty() && t.shape.size() <= 2, "plan_memory: value without a matrix type");
     ir::ArenaBuffer b;
     b.dtype = t.dtype;
     b.rows = t.shape[0];

@@ -36,13 +36,12 @@ void schedule(ir::Module& m) {
                           (decl ? std::string(" of dtype ") + ir::to_string(decl->dtype) : std::string()) +
                           " (weights must be q8_0)");
     }
-    if (op.operands.empty() || m.forward.type(op.operands[0]).dtype != ir::DType::ActQ8)
-      throw ir::IrError("schedule: " + detail::describe(op) + ": the input must be act_q8 (run insert_quantize first)");
+    // insert_quantize, earlier in the pipeline, made every matmul input act_q8.
+    LUMEN_ASSERT(!op.operands.empty() && m.forward.type(op.operands[0]).dtype == ir::DType::ActQ8,
+                 "schedule: " + detail::describe(op) + ": the input must be act_q8 (run insert_quantize first)");
     program::Epilogue e = to_program(op.epilogue);
-    op.set_attr("decode_kernel", ir::Attr::string(program::kernel_name(false, e, kTileM, kTileN)));
-    op.set_attr("prefill_kernel", ir::Attr::string(program::kernel_name(true, e, kTileM, kTileN)));
-    op.set_attr("tile_m", ir::Attr::integer(kTileM));
-    op.set_attr("tile_n", ir::Attr::integer(kTileN));
+    op.set_attr("decode_kernel", ir::Attr::string(to_string(program::KernelId::gemv(e))));
+    op.set_attr("prefill_kernel", ir::Attr::string(to_string(program::KernelId::gemm(e, kTileM, kTileN))));
     op.set_attr("rows_per_task", ir::Attr::integer(kRowsPerTask));
     op.set_attr("tokens_per_task", ir::Attr::integer(kTokensPerTask));
   });

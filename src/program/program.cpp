@@ -166,6 +166,15 @@ const char* to_string(OpKind k) {
   return "?";
 }
 
+const char* to_string(Section s) {
+  switch (s) {
+    case Section::Pre: return "pre";
+    case Section::Layer: return "layer";
+    case Section::Post: return "post";
+  }
+  return "?";
+}
+
 const char* to_string(Epilogue e) {
   switch (e) {
     case Epilogue::None: return "none";
@@ -175,12 +184,6 @@ const char* to_string(Epilogue e) {
     case Epilogue::SiluMul: return "silu_mul";
   }
   return "?";
-}
-
-std::string kernel_name(bool prefill, Epilogue e, int64_t tile_m, int64_t tile_n) {
-  if (!prefill) return std::string("gemv.") + to_string(e);
-  return std::string("gemm.") + to_string(e) + ".m" + std::to_string(tile_m) + "n" +
-         std::to_string(tile_n);
 }
 
 }  // namespace lumen::program

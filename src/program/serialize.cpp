@@ -24,7 +24,7 @@
 namespace lumen::program {
 namespace {
 
-constexpr std::string_view kHeader = "lumen-program 1";
+constexpr std::string_view kHeader = "lumen-program 2";
 constexpr int kMaxExprDepth = 200;
 
 // ================================================================== writing
@@ -104,16 +104,14 @@ class TextWriter {
       for (const Expr& e : w.shape) shape.append(shape.empty() ? "" : "|").append(expr(e));
       out_ += "weight name=" + quote(w.name) + " gguf=" + quote(w.gguf_name) +
               " per_layer=" + (w.per_layer ? "1" : "0") + " dtypes=" + (dtypes.empty() ? "_" : dtypes) +
-              " shape=" + (shape.empty() ? "_" : shape) + " fallback=" + quote(w.fallback) +
-              " optional=" + (w.optional ? "1" : "0") + "\n";
+              " shape=" + (shape.empty() ? "_" : shape) + " fallback=" + quote(w.fallback) + "\n";
     }
     for (const Buffer& b : p_.buffers) {
       out_ += "buffer name=" + quote(b.name) + " dtype=" + program::to_string(b.dtype) +
               " rows=" + expr(b.rows) + " cols=" + expr(b.cols) + " offset=" + expr(b.offset) + "\n";
     }
-    for (const Op& op : p_.pre) write_op("pre", op);
-    for (const Op& op : p_.layer) write_op("layer", op);
-    for (const Op& op : p_.post) write_op("post", op);
+    for (Section s : kSections)
+      for (const Op& op : p_.ops(s)) write_op(to_string(s), op);
     return std::move(out_);
   }
 
@@ -178,8 +176,8 @@ class TextWriter {
     if (op.epilogue != defaults.epilogue) line += std::string(" epilogue=") + program::to_string(op.epilogue);
     if (op.kind == OpKind::MatMul) {
       const MatMulSchedule& s = op.schedule;
-      line += " decode_kernel=" + quote(s.decode_kernel) + " prefill_kernel=" + quote(s.prefill_kernel) +
-              " tile_m=" + std::to_string(s.tile_m) + " tile_n=" + std::to_string(s.tile_n) +
+      line += " decode_kernel=" + quote(to_string(s.decode_kernel)) +
+              " prefill_kernel=" + quote(to_string(s.prefill_kernel)) +
               " rows_per_task=" + std::to_string(s.rows_per_task) +
               " tokens_per_task=" + std::to_string(s.tokens_per_task);
     }
@@ -327,6 +325,14 @@ class RecordReader {
   int64_t integer(const std::string& key, int64_t fallback) {
     auto v = get(key);
     return v ? parse_int(*v, r_.line, "'" + key + "'") : fallback;
+  }
+  KernelId kernel_field(const std::string& key, const KernelId& fallback) {
+    auto v = get(key);
+    if (!v) return fallback;
+    std::string why;
+    std::optional<KernelId> k = parse_kernel_id(*v, &why);
+    if (!k) fail(r_.line, "bad kernel '" + *v + "' for '" + key + "': " + why);
+    return *k;
   }
   bool flag(const std::string& key) {
     std::string v = need(key);
@@ -668,7 +674,6 @@ Program deserialize(std::string_view text) {
       if (shape != "_")
         for (const std::string& e : RecordReader::split(shape, '|')) w.shape.push_back(rd.expr(e, "shape"));
       w.fallback = rd.need("fallback");
-      w.optional = rd.flag("optional");
     } else if (r.kind == "pre" || r.kind == "layer" || r.kind == "post") {
       std::vector<Op>& section = r.kind == "pre" ? p.pre : r.kind == "layer" ? p.layer : p.post;
       Op& op = section.emplace_back();
@@ -681,10 +686,8 @@ Program deserialize(std::string_view text) {
       if (auto e = rd.get("epilogue"))
         op.epilogue = parse_enum<Epilogue>(*e, kEpilogues, program::to_string, r.line, "epilogue");
       MatMulSchedule& s = op.schedule;
-      if (auto k = rd.get("decode_kernel")) s.decode_kernel = *k;
-      if (auto k = rd.get("prefill_kernel")) s.prefill_kernel = *k;
-      s.tile_m = rd.integer("tile_m", s.tile_m);
-      s.tile_n = rd.integer("tile_n", s.tile_n);
+      s.decode_kernel = rd.kernel_field("decode_kernel", s.decode_kernel);
+      s.prefill_kernel = rd.kernel_field("prefill_kernel", s.prefill_kernel);
       s.rows_per_task = rd.integer("rows_per_task", s.rows_per_task);
       s.tokens_per_task = rd.integer("tokens_per_task", s.tokens_per_task);
       op.eps_hparam = rd.hparam_field("eps");

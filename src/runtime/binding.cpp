@@ -161,18 +161,29 @@ std::vector<double> resolve_hparams(const Program& program, const gguf::File& fi
   }
 }
 
-BoundModel bind_model(const CompiledModel& model, const gguf::File& file, bool release_file_pages,
-                      ThreadPool& pool) {
-  const Program& p = model.program;
-  BoundModel b;
-  b.hparams = resolve_hparams(p, file);
+namespace {
+
+using program::Section;
+
+// The tensor of weight `wi` for `layer` (global weights have one entry).
+const gguf::TensorInfo* tensor_of(const BoundModel& b, int wi, int64_t layer) {
+  const auto& per_layer = b.tensors[static_cast<size_t>(wi)];
+  return per_layer.size() == 1 ? per_layer[0] : per_layer[static_cast<size_t>(layer)];
+}
+
+int64_t layers_of(const BoundModel& b, Section s) { return s == Section::Layer ? b.n_layers : 1; }
+
+// The program-level sizes from the resolved hparams.
+void bind_sizes(const Program& p, BoundModel& b) {
   b.n_layers = eval_or_throw(p.n_layers, b.hparams, "the layer count");
   if (b.n_layers < 0 || b.n_layers > 65536)
     throw LoadError("layer count " + std::to_string(b.n_layers) + " out of range");
   b.n_ctx_train = eval_or_throw(p.n_ctx_train, b.hparams, "the training context");
   b.kv_dim = eval_or_throw(p.kv_dim, b.hparams, "the KV row width");
+}
 
-  // ---- weights by name
+// Every weight by name (or its fallback), per layer, with dtype and shape checked.
+void bind_weights(const Program& p, const gguf::File& file, BoundModel& b) {
   b.tensors.resize(p.weights.size());
   for (size_t wi = 0; wi < p.weights.size(); ++wi) {
     const program::Weight& w = p.weights[wi];
@@ -183,130 +194,140 @@ BoundModel bind_model(const CompiledModel& model, const gguf::File& file, bool r
       std::string name = substitute_layer(w.gguf_name, layer);
       const gguf::TensorInfo* t = file.find_tensor(name);
       if (t == nullptr && !w.fallback.empty()) t = file.find_tensor(substitute_layer(w.fallback, layer));
-      if (t == nullptr && !w.optional) throw LoadError("missing tensor '" + name + "' (weight '" + w.name + "')");
-      if (t != nullptr) {
-        std::optional<DType> dt = dtype_of(t->type);
-        bool accepted = false;
-        for (DType d : w.dtypes) accepted |= dt && *dt == d;
-        if (!accepted) {
-          std::string want;
-          for (DType d : w.dtypes) want.append(want.empty() ? "" : " or ").append(program::to_string(d));
-          throw LoadError("tensor '" + t->name + "' has type " + std::string(gguf::to_string(t->type)) +
-                          ", expected " + want);
-        }
-        if (squeeze(t->ne) != squeeze(expected))
-          throw LoadError("tensor '" + t->name + "' has shape " + shape_string(t->ne) + ", expected " +
-                          shape_string(expected));
+      if (t == nullptr) throw LoadError("missing tensor '" + name + "' (weight '" + w.name + "')");
+      std::optional<DType> dt = dtype_of(t->type);
+      bool accepted = false;
+      for (DType d : w.dtypes) accepted |= dt && *dt == d;
+      if (!accepted) {
+        std::string want;
+        for (DType d : w.dtypes) want.append(want.empty() ? "" : " or ").append(program::to_string(d));
+        throw LoadError("tensor '" + t->name + "' has type " + std::string(gguf::to_string(t->type)) +
+                        ", expected " + want);
       }
+      if (squeeze(t->ne) != squeeze(expected))
+        throw LoadError("tensor '" + t->name + "' has shape " + shape_string(t->ne) + ", expected " +
+                        shape_string(expected));
       b.tensors[wi].push_back(t);
     }
   }
+}
 
-  // ---- matmul weights: sizes first, then one allocation, then packing
-  const std::vector<program::Op>* sections[] = {&p.pre, &p.layer, &p.post};
-  const int64_t group_rows = pack_row_group(model.isa);
-  struct Job {
-    size_t section, op;
-    int64_t layer;
-    int64_t offset;
-  };
-  std::vector<Job> jobs;
-  int64_t total = 0;
+// One matmul of one layer to pack: where its packed rows go in the one mapping.
+struct PackJob {
+  Section section;
+  size_t op;
+  int64_t layer;
+  int64_t offset;  // bytes into the packed storage
+};
+
+struct PackPlan {
+  std::vector<PackJob> jobs;
+  int64_t total_bytes = 0;
   std::set<const gguf::TensorInfo*> kept;  // tensors read in place by non-matmul ops
-  b.matmuls.resize(3);
-  for (size_t s = 0; s < 3; ++s) {
-    const std::vector<program::Op>& ops = *sections[s];
+};
+
+// The rows, row length and biases of one MatMul op of one layer, checked;
+// returns its packed size in bytes.
+int64_t bind_matmul(const CompiledModel& model, const program::Op& op, int64_t layer, BoundModel& b,
+                    PackedMatMul& mm) {
+  const Program& p = model.program;
+  if (op.weights.empty()) throw LoadError("a MatMul op has no weights");
+  int64_t rows_total = 0;
+  for (int wi : op.weights) {
+    const gguf::TensorInfo* t = tensor_of(b, wi, layer);
+    std::vector<int64_t> ne = squeeze(t->ne);
+    if (t->type != gguf::TensorType::Q8_0 || ne.size() > 2)
+      throw LoadError("matmul weight '" + t->name + "' must be a 2-D Q8_0 tensor");
+    int64_t rows = ne.size() == 2 ? ne[1] : 1;
+    if (mm.k == 0) mm.k = ne[0];
+    if (ne[0] != mm.k) throw LoadError("matmul weights of '" + t->name + "' disagree on the row length");
+    if (op.epilogue == Epilogue::SiluMul && mm.rows != 0 && rows != mm.rows)
+      throw LoadError("gate and up weights differ in rows at '" + t->name + "'");
+    rows_total += rows;
+    mm.rows = op.epilogue == Epilogue::SiluMul ? rows : rows_total;
+  }
+  const int64_t group_rows = pack_row_group(model.isa);
+  int64_t bytes = 0;
+  if (op.epilogue == Epilogue::SiluMul) {
+    if (op.weights.size() != 2) throw LoadError("a SiluMul matmul needs exactly two weights (gate, up)");
+    bytes = 2 * packed_bytes(model.isa, mm.rows, mm.k);
+    mm.group_bytes = 2 * packed_bytes(model.isa, group_rows, mm.k);
+  } else {
+    bytes = packed_bytes(model.isa, mm.rows, mm.k);
+    mm.group_bytes = packed_bytes(model.isa, group_rows, mm.k);
+  }
+  bool wants_bias = op.epilogue == Epilogue::Bias || op.epilogue == Epilogue::BiasResidual;
+  if (wants_bias != !op.biases.empty() || (wants_bias && op.biases.size() != op.weights.size()))
+    throw LoadError("a MatMul op's biases do not match its weights and epilogue");
+  if (wants_bias) {
+    std::vector<float>& bias = b.bias_storage.emplace_back();
+    for (size_t i = 0; i < op.biases.size(); ++i) {
+      int bi = op.biases[i];
+      if (bi < 0 || bi >= static_cast<int>(p.weights.size())) throw LoadError("a bias index is out of range");
+      const gguf::TensorInfo* bt = tensor_of(b, bi, layer);
+      const gguf::TensorInfo* wt = tensor_of(b, op.weights[i], layer);
+      int64_t rows = squeeze(wt->ne).size() == 2 ? wt->ne[1] : 1;
+      if (bt->type != gguf::TensorType::F32 || static_cast<int64_t>(bt->n_elements) != rows)
+        throw LoadError("bias for '" + wt->name + "' must be F32 with " + std::to_string(rows) + " elements");
+      const float* src = reinterpret_cast<const float*>(bt->data);
+      bias.insert(bias.end(), src, src + rows);
+    }
+    mm.bias = bias.data();
+  }
+  return bytes;
+}
+
+// Every MatMul of every section and layer: checked, sized, placed.
+PackPlan plan_packing(const CompiledModel& model, BoundModel& b) {
+  const Program& p = model.program;
+  PackPlan plan;
+  for (Section s : program::kSections) {
+    const std::vector<program::Op>& ops = p.ops(s);
     b.matmuls[s].resize(ops.size());
-    int64_t layers = s == 1 ? b.n_layers : 1;
     for (size_t oi = 0; oi < ops.size(); ++oi) {
       const program::Op& op = ops[oi];
       for (int wi : op.weights)
         if (wi < 0 || wi >= static_cast<int>(p.weights.size()))
           throw LoadError("op " + std::string(program::to_string(op.kind)) + " refers to a weight out of range");
-      for (int64_t layer = 0; layer < layers; ++layer) {
-        auto tensor_of = [&](int wi) {
-          const auto& per_layer = b.tensors[static_cast<size_t>(wi)];
-          return per_layer.size() == 1 ? per_layer[0] : per_layer[static_cast<size_t>(layer)];
-        };
+      for (int64_t layer = 0; layer < layers_of(b, s); ++layer) {
         if (op.kind != OpKind::MatMul) {
-          for (int wi : op.weights) kept.insert(tensor_of(wi));
+          for (int wi : op.weights) plan.kept.insert(tensor_of(b, wi, layer));
           continue;
         }
-        if (op.weights.empty()) throw LoadError("a MatMul op has no weights");
         PackedMatMul mm;
-        int64_t rows_total = 0;
-        for (int wi : op.weights) {
-          const gguf::TensorInfo* t = tensor_of(wi);
-          if (t == nullptr) throw LoadError("optional weight '" + p.weights[static_cast<size_t>(wi)].name +
-                                            "' is absent but a matmul needs it");
-          std::vector<int64_t> ne = squeeze(t->ne);
-          if (t->type != gguf::TensorType::Q8_0 || ne.size() > 2)
-            throw LoadError("matmul weight '" + t->name + "' must be a 2-D Q8_0 tensor");
-          int64_t rows = ne.size() == 2 ? ne[1] : 1;
-          if (mm.k == 0) mm.k = ne[0];
-          if (ne[0] != mm.k)
-            throw LoadError("matmul weights of '" + t->name + "' disagree on the row length");
-          if (op.epilogue == Epilogue::SiluMul && mm.rows != 0 && rows != mm.rows)
-            throw LoadError("gate and up weights differ in rows at '" + t->name + "'");
-          rows_total += rows;
-          mm.rows = op.epilogue == Epilogue::SiluMul ? rows : rows_total;
-        }
-        int64_t bytes = 0;
-        if (op.epilogue == Epilogue::SiluMul) {
-          if (op.weights.size() != 2) throw LoadError("a SiluMul matmul needs exactly two weights (gate, up)");
-          bytes = 2 * packed_bytes(model.isa, mm.rows, mm.k);
-          mm.group_bytes = 2 * packed_bytes(model.isa, group_rows, mm.k);
-        } else {
-          bytes = packed_bytes(model.isa, mm.rows, mm.k);
-          mm.group_bytes = packed_bytes(model.isa, group_rows, mm.k);
-        }
-        bool wants_bias = op.epilogue == Epilogue::Bias || op.epilogue == Epilogue::BiasResidual;
-        if (wants_bias != !op.biases.empty() || (wants_bias && op.biases.size() != op.weights.size()))
-          throw LoadError("a MatMul op's biases do not match its weights and epilogue");
-        if (wants_bias) {
-          std::vector<float>& bias = b.bias_storage.emplace_back();
-          for (size_t i = 0; i < op.biases.size(); ++i) {
-            int bi = op.biases[i];
-            if (bi < 0 || bi >= static_cast<int>(p.weights.size())) throw LoadError("a bias index is out of range");
-            const gguf::TensorInfo* bt = tensor_of(bi);
-            const gguf::TensorInfo* wt = tensor_of(op.weights[i]);
-            int64_t rows = squeeze(wt->ne).size() == 2 ? wt->ne[1] : 1;
-            if (bt == nullptr || bt->type != gguf::TensorType::F32 || static_cast<int64_t>(bt->n_elements) != rows)
-              throw LoadError("bias for '" + wt->name + "' must be F32 with " + std::to_string(rows) + " elements");
-            const float* src = reinterpret_cast<const float*>(bt->data);
-            bias.insert(bias.end(), src, src + rows);
-          }
-          mm.bias = bias.data();
-        }
+        const int64_t bytes = bind_matmul(model, op, layer, b, mm);
         b.matmuls[s][oi].push_back(mm);
-        jobs.push_back(Job{s, oi, layer, total});
-        total += round_up(bytes, 64);
+        plan.jobs.push_back(PackJob{s, oi, layer, plan.total_bytes});
+        plan.total_bytes += round_up(bytes, 64);
       }
     }
   }
+  return plan;
+}
 
-  auto start = std::chrono::steady_clock::now();
-  auto pages = std::make_shared<PageBuffer>(static_cast<size_t>(total), PageBuffer::Pages::Huge);
+// Repacks every planned matmul into one mapping, in parallel pieces.
+void pack_weights(const CompiledModel& model, const PackPlan& plan, bool release_file_pages, ThreadPool& pool,
+                  BoundModel& b) {
+  const Program& p = model.program;
+  const int64_t group_rows = pack_row_group(model.isa);
+  auto pages = std::make_shared<PageBuffer>(static_cast<size_t>(plan.total_bytes), PageBuffer::Pages::Huge);
   uint8_t* storage = pages->data();
   b.packed_storage = std::shared_ptr<uint8_t>(pages, storage);
-  b.packed_bytes = static_cast<uint64_t>(total);
+  b.packed_bytes = static_cast<uint64_t>(plan.total_bytes);
 
   // Pieces of at most kPieceRows rows, packed in parallel; the file pages of
   // each piece are released right after it is packed (unless a non-matmul op
   // reads the tensor in place), so peak memory stays about one model's size.
   constexpr int64_t kPieceRows = 1024;  // a multiple of every ISA's row group
   struct Piece {
-    const Job* job;
+    const PackJob* job;
     int weight;        // -1: the whole job through one contiguous copy
     int64_t row0, rows;
   };
   std::vector<Piece> pieces;
-  auto tensor_for = [&](const Job& job, int wi) {
-    const auto& per_layer = b.tensors[static_cast<size_t>(wi)];
-    return per_layer.size() == 1 ? per_layer[0] : per_layer[static_cast<size_t>(job.layer)];
-  };
-  for (const Job& job : jobs) {
-    const program::Op& op = (*sections[job.section])[job.op];
+  auto tensor_for = [&](const PackJob& job, int wi) { return tensor_of(b, wi, job.layer); };
+  for (const PackJob& job : plan.jobs) {
+    const program::Op& op = p.ops(job.section)[job.op];
     PackedMatMul& mm = b.matmuls[job.section][job.op][static_cast<size_t>(job.layer)];
     mm.w = storage + job.offset;
     bool aligned = true;
@@ -325,7 +346,7 @@ BoundModel bind_model(const CompiledModel& model, const gguf::File& file, bool r
   }
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   auto release = [&](const gguf::TensorInfo* t, int64_t byte0, int64_t bytes) {
-    if (!release_file_pages || kept.count(t) != 0) return;
+    if (!release_file_pages || plan.kept.count(t) != 0) return;
     uintptr_t begin = (reinterpret_cast<uintptr_t>(t->data + byte0) + page - 1) / page * page;
     uintptr_t end = reinterpret_cast<uintptr_t>(t->data + byte0 + bytes) / page * page;
     if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
@@ -333,8 +354,8 @@ BoundModel bind_model(const CompiledModel& model, const gguf::File& file, bool r
   auto blocks = [](const gguf::TensorInfo* t) { return reinterpret_cast<const BlockQ8_0*>(t->data); };
   pool.parallel_for(static_cast<int64_t>(pieces.size()), [&](int64_t index, int) {
     const Piece& piece = pieces[static_cast<size_t>(index)];
-    const Job& job = *piece.job;
-    const program::Op& op = (*sections[job.section])[job.op];
+    const PackJob& job = *piece.job;
+    const program::Op& op = p.ops(job.section)[job.op];
     const PackedMatMul& mm = b.matmuls[job.section][job.op][static_cast<size_t>(job.layer)];
     uint8_t* out = storage + job.offset;
     const int64_t row_blocks = mm.k / kQ8Block;
@@ -366,6 +387,20 @@ BoundModel bind_model(const CompiledModel& model, const gguf::File& file, bool r
               (first_row + piece.row0) / group_rows);
     release(t, piece.row0 * row_bytes, piece.rows * row_bytes);
   });
+}
+
+}  // namespace
+
+BoundModel bind_model(const CompiledModel& model, const gguf::File& file, bool release_file_pages,
+                      ThreadPool& pool) {
+  const Program& p = model.program;
+  BoundModel b;
+  b.hparams = resolve_hparams(p, file);
+  bind_sizes(p, b);
+  bind_weights(p, file, b);
+  const PackPlan plan = plan_packing(model, b);
+  auto start = std::chrono::steady_clock::now();
+  pack_weights(model, plan, release_file_pages, pool, b);
   b.pack_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return b;
 }

@@ -69,7 +69,13 @@ CompiledModel load_model_so(const std::string& path) {
     const lumen_kernel_entry& k = abi->kernels[i];
     if (k.name == nullptr || k.code == nullptr || k.code_size == 0)
       throw LoadError("'" + path + "': kernel entry " + std::to_string(i) + " is empty");
-    model.kernels[k.name] = reinterpret_cast<MatMulFn>(const_cast<void*>(k.code));
+    std::string why;
+    const std::optional<program::KernelId> id = program::parse_kernel_id(k.name, &why);
+    if (!id) throw LoadError("'" + path + "': kernel entry " + std::to_string(i) + " '" + k.name + "': " + why);
+    const uint32_t kind = id->kind == program::KernelKind::Gemv ? 1 : 2;
+    if (k.kind != kind || k.epilogue != static_cast<uint32_t>(id->epilogue))
+      throw LoadError("'" + path + "': kernel entry '" + k.name + "' declares another kind or epilogue");
+    model.kernels[*id] = reinterpret_cast<MatMulFn>(const_cast<void*>(k.code));
   }
   model.code_owner = std::move(owner);
   return model;

@@ -16,8 +16,6 @@
 namespace lumen::runtime::ops {
 namespace {
 
-constexpr int64_t kMaxHeadDim = 1024;
-
 bool use_avx2() {
   static const bool yes = (cpu_features() & (kCpuAvx2 | kCpuFma | kCpuF16c)) == (kCpuAvx2 | kCpuFma | kCpuF16c);
   return yes;
@@ -32,25 +30,28 @@ float load(const void* base, int64_t i) {
     return static_cast<const float*>(base)[i];
 }
 
-// Softmax over scores[0, n) in place: scale, max subtraction, sum in double
-// and one multiplication by the reciprocal, as ggml's soft_max does.
+// y = softmax(x * scale) over [0, n), as ggml's soft_max computes it: the
+// scaled values' max subtracted, exponentials kept in f32 but summed in
+// double, then one f32 reciprocal and a multiplication per element; with kF16
+// the probabilities are rounded to f16 (for an f16 V cache). y may equal x.
+// A scale of 1 changes no value: x * 1.0f == x exactly.
 template <bool kF16>
-void softmax(float* scores, int64_t n, float scale) {
+void softmax(const float* x, float* y, int64_t n, float scale) {
   float max = -INFINITY;
   for (int64_t j = 0; j < n; ++j) {
-    scores[j] *= scale;
-    max = std::fmax(max, scores[j]);
+    y[j] = x[j] * scale;
+    max = std::fmax(max, y[j]);
   }
   double sum = 0;
   for (int64_t j = 0; j < n; ++j) {
-    float e = std::exp(scores[j] - max);
+    const float e = std::exp(y[j] - max);
     sum += static_cast<double>(e);
-    scores[j] = e;
+    y[j] = e;
   }
   const float inv = static_cast<float>(1.0 / sum);
   for (int64_t j = 0; j < n; ++j) {
-    float p = scores[j] * inv;
-    scores[j] = kF16 ? round_to_f16(p) : p;
+    const float p = y[j] * inv;
+    y[j] = kF16 ? round_to_f16(p) : p;
   }
 }
 
@@ -63,7 +64,7 @@ void attention_scalar(const AttentionHead& a) {
     for (int64_t d = 0; d < a.head_dim; ++d) s += q[d] * load<kF16>(a.k, j * a.row_stride + d);
     a.scores[j] = s;
   }
-  softmax<kF16>(a.scores, a.n_keys, a.scale);
+  softmax<kF16>(a.scores, a.scores, a.n_keys, a.scale);
   for (int64_t d = 0; d < a.head_dim; ++d) a.out[d] = 0;
   for (int64_t j = 0; j < a.n_keys; ++j)
     for (int64_t d = 0; d < a.head_dim; ++d) a.out[d] += a.scores[j] * load<kF16>(a.v, j * a.row_stride + d);
@@ -527,5 +528,7 @@ void to_f16(const float* x, uint16_t* out, int64_t n) {
 }
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+void softmax_row(const float* x, float* y, int64_t n) { softmax<false>(x, y, n, 1.0f); }
 
 }  // namespace lumen::runtime::ops

@@ -29,8 +29,8 @@ using program::DType;
 using program::Epilogue;
 using program::Op;
 using program::OpKind;
-
-constexpr int64_t kMaxHeadDim = 1024;  // ops.cpp keeps a query head on the stack
+using program::Section;
+using ops::kMaxHeadDim;
 
 // Bytes of one row of `cols` elements.
 int64_t row_bytes(DType d, int64_t cols) {
@@ -73,12 +73,11 @@ struct ROp {
 
 struct Plan {
   int64_t n = 0;
-  std::vector<ROp> sections[3];  // pre, layer, post
+  PerSection<std::vector<ROp>> sections;
   RView tokens, logits;
 };
 
 struct ThreadScratch {
-  std::vector<float> scores;   // attention: one per cached position
   std::vector<float> row;      // a normalized row before quantization
   std::vector<float> cos_sin;  // rope angles of one position
 };
@@ -89,8 +88,6 @@ struct Profile {
   double bytes = 0;  // weight bytes streamed (matmuls)
   double ops = 0;    // multiply-adds x 2 (matmuls)
 };
-
-const char* kSectionNames[] = {"pre", "layer", "post"};
 
 }  // namespace
 
@@ -123,8 +120,8 @@ struct Session::Impl {
   uint8_t* v_cache(int64_t layer) const { return k_cache(layer) + static_cast<size_t>(n_ctx * bound.kv_dim * kv_elem); }
 
   const Plan& plan_for(int64_t n);
-  void check_op(const ROp& r, size_t section, size_t index, int64_t n) const;
-  void run_op(const ROp& r, size_t section, size_t index, int64_t layer, int64_t take_row);
+  void check_op(const ROp& r, Section section, size_t index, int64_t n) const;
+  void run_op(const ROp& r, Section section, size_t index, int64_t layer, int64_t take_row);
   void run_matmul(const ROp& r, const PackedMatMul& mm, int64_t n);
   void run_attention(const ROp& r, int64_t layer, int64_t n);
 };
@@ -201,10 +198,9 @@ const Plan& Session::Impl::plan_for(int64_t n) {
     throw LoadError("program: the tokens buffer must be I32 with N rows");
   if (plan.logits.dtype != DType::F32) throw LoadError("program: the logits buffer must be F32");
 
-  const std::vector<Op>* sections[] = {&p.pre, &p.layer, &p.post};
-  for (size_t s = 0; s < 3; ++s) {
-    for (size_t i = 0; i < sections[s]->size(); ++i) {
-      const Op& op = (*sections[s])[i];
+  for (Section s : program::kSections) {
+    for (size_t i = 0; i < p.ops(s).size(); ++i) {
+      const Op& op = p.ops(s)[i];
       ROp r;
       r.op = &op;
       for (const program::View& v : op.inputs) r.in.push_back(resolve(v, "an op input"));
@@ -226,13 +222,13 @@ const Plan& Session::Impl::plan_for(int64_t n) {
       if (op.kind == OpKind::MatMul) {
         // The rows this matmul sees decide the kernel: after TakeLast it is one.
         const bool single_row = r.in.size() == 1 && r.in[0].rows == 1;
-        const std::string& name = single_row ? op.schedule.decode_kernel : op.schedule.prefill_kernel;
-        auto k = model->kernels.find(name);
+        const program::KernelId& id = single_row ? op.schedule.decode_kernel : op.schedule.prefill_kernel;
+        auto k = model->kernels.find(id);
         if (k == model->kernels.end())
-          throw LoadError("the model has no matmul kernel '" + name + "' (" + kSectionNames[s] + " op " +
-                          std::to_string(i) + ")");
+          throw LoadError("the model has no matmul kernel '" + program::to_string(id) + "' (" + to_string(s) +
+                          " op " + std::to_string(i) + ")");
         r.kernel = k->second;
-        r.profile_key = "MatMul " + name;
+        r.profile_key = "MatMul " + program::to_string(id);
         const int64_t group = pack_row_group(model->isa);
         // A prefill task covers whole register tiles: a task that ends inside
         // a tile would run the slower edge body on every token tile. The
@@ -240,8 +236,8 @@ const Plan& Session::Impl::plan_for(int64_t n) {
         // or gate and up sharing them), so the unit is a multiple of every
         // row tile up to tile_m: 96 rows for m48 (48, 32 and 16 divide it).
         int64_t unit = group;
-        if (!single_row)
-          for (int64_t tile_rows = 2 * group; tile_rows <= op.schedule.tile_m; tile_rows += group)
+        if (id.kind == program::KernelKind::Gemm)
+          for (int64_t tile_rows = 2 * group; tile_rows <= id.tile_m; tile_rows += group)
             unit = std::lcm(unit, tile_rows);
         r.rows_per_task = std::max<int64_t>(unit, (op.schedule.rows_per_task + unit - 1) / unit * unit);
         r.tokens_per_task = std::max<int64_t>(1, op.schedule.tokens_per_task);
@@ -255,16 +251,16 @@ const Plan& Session::Impl::plan_for(int64_t n) {
 }
 
 // Shapes and dtypes of one resolved op, so that running it cannot go out of bounds.
-void Session::Impl::check_op(const ROp& r, size_t section, size_t index, int64_t n) const {
+void Session::Impl::check_op(const ROp& r, Section section, size_t index, int64_t n) const {
   const Op& op = *r.op;
   auto need = [&](bool ok, const std::string& what) {
     if (!ok)
-      throw LoadError(std::string("program: ") + kSectionNames[section] + " op " + std::to_string(index) + " (" +
+      throw LoadError(std::string("program: ") + to_string(section) + " op " + std::to_string(index) + " (" +
                       program::to_string(op.kind) + "): " + what);
   };
   auto f32 = [](const RView& v) { return v.buffer >= 0 && v.dtype == DType::F32; };
   auto weight_rows_ok = [&](int w, DType want, int64_t cols) {
-    int64_t layers = section == 1 ? bound.n_layers : 1;
+    int64_t layers = section == Section::Layer ? bound.n_layers : 1;
     for (int64_t l = 0; l < layers; ++l) {
       const gguf::TensorInfo* t = tensor(w, l);
       if (t == nullptr) return false;
@@ -280,7 +276,7 @@ void Session::Impl::check_op(const ROp& r, size_t section, size_t index, int64_t
       need(f32(r.out) && r.out.rows == r.in[0].rows, "output must be F32 with a row per token");
       need(op.weights.size() == 1 && weight_rows_ok(op.weights[0], DType::Q8_0, r.out.cols),
            "the table's rows must match the output width");
-      int64_t layers = section == 1 ? bound.n_layers : 1;
+      int64_t layers = section == Section::Layer ? bound.n_layers : 1;
       for (int64_t l = 0; l < layers; ++l) {
         gguf::TensorType t = tensor(op.weights[0], l)->type;
         need(t == gguf::TensorType::Q8_0 || t == gguf::TensorType::F32 || t == gguf::TensorType::F16,
@@ -326,7 +322,7 @@ void Session::Impl::check_op(const ROp& r, size_t section, size_t index, int64_t
            "output must match the input");
       break;
     case OpKind::Attention:
-      need(section == 1, "attention must be in the layer loop (its KV cache is per layer)");
+      need(section == Section::Layer, "attention must be in the layer loop (its KV cache is per layer)");
       need(n_in == 3 && f32(r.in[0]) && f32(r.in[1]) && f32(r.in[2]), "inputs must be F32 Q, K, V");
       need(r.head_dim >= 1 && r.head_dim <= kMaxHeadDim && r.n_heads >= 1 && r.n_heads_kv >= 1 &&
                r.n_heads % r.n_heads_kv == 0,
@@ -445,7 +441,7 @@ void Session::Impl::run_attention(const ROp& r, int64_t layer, int64_t n) {
   });
 }
 
-void Session::Impl::run_op(const ROp& r, size_t section, size_t index, int64_t layer, int64_t take_row) {
+void Session::Impl::run_op(const ROp& r, Section section, size_t index, int64_t layer, int64_t take_row) {
   const Op& op = *r.op;
   auto start = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   const int64_t rows = r.in.empty() ? 0 : r.in[0].rows;
@@ -485,7 +481,7 @@ void Session::Impl::run_op(const ROp& r, size_t section, size_t index, int64_t l
       pool->parallel_for(rows, [&](int64_t i, int) { quantize_act(r.in[0].f32(i), r.out.act(i), r.in[0].cols); });
       break;
     case OpKind::MatMul:
-      run_matmul(r, bound.matmuls[section][index][static_cast<size_t>(section == 1 ? layer : 0)], rows);
+      run_matmul(r, bound.matmuls[section][index][static_cast<size_t>(section == Section::Layer ? layer : 0)], rows);
       break;
     case OpKind::Rope: {
       const RView& target = r.out.buffer >= 0 ? r.out : r.in[0];
@@ -588,14 +584,13 @@ Session::Session(std::shared_ptr<const CompiledModel> model, const std::string& 
   s.n_vocab = decode.logits.cols;
 
   int64_t max_cols = 1, max_head_dim = 2;
-  for (const auto& section : decode.sections)
-    for (const ROp& r : section) {
+  for (Section section : program::kSections)
+    for (const ROp& r : decode.sections[section]) {
       for (const RView& v : r.in) max_cols = std::max(max_cols, v.cols);
       max_head_dim = std::max(max_head_dim, r.head_dim);
     }
   s.scratch.resize(static_cast<size_t>(s.n_threads));
   for (ThreadScratch& t : s.scratch) {
-    t.scores.resize(static_cast<size_t>(s.n_ctx));
     t.row.resize(static_cast<size_t>(max_cols));
     t.cos_sin.resize(static_cast<size_t>(max_head_dim));
   }
@@ -625,15 +620,15 @@ std::span<const float> Session::eval(std::span<const int32_t> tokens) {
     const int64_t n = std::min(s.n_batch, total - start);
     const Plan& plan = s.plan_for(n);
     for (int64_t i = 0; i < n; ++i) *plan.tokens.i32(i) = tokens[static_cast<size_t>(start + i)];
-    for (size_t i = 0; i < p.pre.size(); ++i) s.run_op(plan.sections[0][i], 0, i, 0, n - 1);
+    for (size_t i = 0; i < p.pre.size(); ++i) s.run_op(plan.sections.pre[i], Section::Pre, i, 0, n - 1);
     for (int64_t layer = 0; layer < s.bound.n_layers; ++layer)
-      for (size_t i = 0; i < p.layer.size(); ++i) s.run_op(plan.sections[1][i], 1, i, layer, n - 1);
+      for (size_t i = 0; i < p.layer.size(); ++i) s.run_op(plan.sections.layer[i], Section::Layer, i, layer, n - 1);
     const bool last_batch = start + n == total;
     // The post ops turn one row (TakeLast) into logits: once per batch for the
     // last token, or once per token when every position's logits are kept.
     const int64_t first_row = s.options.all_logits ? 0 : (last_batch ? n - 1 : n);
     for (int64_t row = first_row; row < n; ++row) {
-      for (size_t i = 0; i < p.post.size(); ++i) s.run_op(plan.sections[2][i], 2, i, 0, row);
+      for (size_t i = 0; i < p.post.size(); ++i) s.run_op(plan.sections.post[i], Section::Post, i, 0, row);
       const float* out = plan.logits.f32(plan.logits.rows - 1);
       if (s.options.all_logits)
         std::copy(out, out + s.n_vocab, s.all_logits.begin() + (start + row) * s.n_vocab);

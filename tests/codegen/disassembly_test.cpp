@@ -34,15 +34,17 @@ std::string disassemble(const std::vector<uint8_t>& code) {
 TEST(Disassembly, KernelsUseTheirIsa) {
   const std::string probe = disassemble({0xC3});
   if (probe.find("ret") == std::string::npos) GTEST_SKIP() << "objdump not available";
-  for (const char* name : {"gemv.none", "gemm.silu_mul.m32n4"}) {
-    const std::string vnni = disassemble(generate_matmul_kernel(Isa::Avx512Vnni, name));
+  for (const program::KernelId& kernel :
+       {program::KernelId::gemv(program::Epilogue::None), program::KernelId::gemm(program::Epilogue::SiluMul, 32, 4)}) {
+    const std::string name = to_string(kernel);
+    const std::string vnni = disassemble(generate_matmul_kernel(Isa::Avx512Vnni, kernel));
     EXPECT_NE(vnni.find("vpdpbusd"), std::string::npos) << name;
     EXPECT_NE(vnni.find("zmm"), std::string::npos) << name;
-    const std::string avx512 = disassemble(generate_matmul_kernel(Isa::Avx512, name));
+    const std::string avx512 = disassemble(generate_matmul_kernel(Isa::Avx512, kernel));
     EXPECT_EQ(avx512.find("vpdpbusd"), std::string::npos) << name;
     EXPECT_NE(avx512.find("vpmaddubsw"), std::string::npos) << name;
     EXPECT_NE(avx512.find("zmm"), std::string::npos) << name;
-    const std::string avx2 = disassemble(generate_matmul_kernel(Isa::Avx2, name));
+    const std::string avx2 = disassemble(generate_matmul_kernel(Isa::Avx2, kernel));
     EXPECT_EQ(avx2.find("zmm"), std::string::npos) << name;
     EXPECT_EQ(avx2.find("vpdpbusd"), std::string::npos) << name;
     EXPECT_EQ(avx2.find("{k"), std::string::npos) << name;  // no EVEX masking

@@ -41,8 +41,9 @@ const JitKernel& kernel(Isa isa, const std::string& name, const KernelShape& sha
   static std::map<std::tuple<Isa, std::string, int64_t, int64_t, int64_t, int64_t>, std::unique_ptr<JitKernel>> cache;
   auto& slot = cache[{isa, name, shape.groups, shape.tokens, shape.prefetch_bytes, shape.chunk_act_bytes}];
   if (!slot) {
-    slot = shape.groups == 0 ? std::make_unique<JitKernel>(isa, name)
-                             : std::make_unique<JitKernel>(generate_matmul_kernel(isa, parse_kernel_name(name), shape));
+    const program::KernelId id = program::parse_kernel_id(name).value();
+    slot = shape.groups == 0 ? std::make_unique<JitKernel>(isa, id)
+                             : std::make_unique<JitKernel>(generate_matmul_kernel(isa, id, shape));
   }
   return *slot;
 }
@@ -253,7 +254,7 @@ void check(Isa isa, const Problem& p, uint32_t seed) {
 
 std::string gemm_name(Epilogue e, int variant) {
   static const char* tiles[] = {"m16n4", "m48n4", "m32n6", "m64n8", "m16n1", "m48n3", "m32n2"};
-  return std::string("gemm.") + epilogue_name(e) + "." + tiles[variant % 7];
+  return std::string("gemm.") + program::to_string(e) + "." + tiles[variant % 7];
 }
 
 TEST(MatMulKernels, SmallShapesEveryIsaEpilogueAndThreadCount) {
@@ -271,7 +272,7 @@ TEST(MatMulKernels, SmallShapesEveryIsaEpilogueAndThreadCount) {
             p.epilogue = e;
             p.threads = 1 + variant % 4;
             p.rows_per_task = variant % 3 == 0 ? 32 : 16;
-            p.kernel_name = n <= 3 && variant % 2 == 0 ? std::string("gemv.") + epilogue_name(e)
+            p.kernel_name = n <= 3 && variant % 2 == 0 ? std::string("gemv.") + program::to_string(e)
                                                       : gemm_name(e, variant);
             check(isa, p, uint32_t(variant));
             if (HasFailure()) return;
@@ -311,7 +312,7 @@ TEST(MatMulKernels, QwenShapesGemv) {
         p.m = m;
         p.k = k;
         p.epilogue = e;
-        p.kernel_name = std::string("gemv.") + epilogue_name(e);
+        p.kernel_name = std::string("gemv.") + program::to_string(e);
         p.threads = 1 + variant % 4;
         p.rows_per_task = 64;
         check(isa, p, uint32_t(variant));
@@ -339,7 +340,7 @@ TEST(MatMulKernels, LargeBatches) {
       p.k = c.k;
       p.n = c.n;
       p.epilogue = c.e;
-      p.kernel_name = std::string("gemm.") + epilogue_name(c.e) + "." + c.tile;
+      p.kernel_name = std::string("gemm.") + program::to_string(c.e) + "." + c.tile;
       p.threads = 1 + variant % 4;
       p.rows_per_task = 64;
       check(isa, p, uint32_t(variant));
@@ -363,8 +364,8 @@ TEST(MatMulKernels, NonDefaultShapes) {
       Problem p;
       p.kernel_name = c.name;
       p.shape = c.shape;
-      p.epilogue = parse_kernel_name(c.name).epilogue;
-      if (isa == Isa::Avx2) p.shape = kernel_shape(isa, parse_kernel_name(c.name));  // 16 registers only
+      p.epilogue = program::parse_kernel_id(c.name).value().epilogue;
+      if (isa == Isa::Avx2) p.shape = kernel_shape(isa, program::parse_kernel_id(c.name).value());  // 16 registers only
       p.shape.prefetch_bytes = c.shape.prefetch_bytes;
       p.shape.chunk_act_bytes = c.shape.chunk_act_bytes;
       p.m = 150;

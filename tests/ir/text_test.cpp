@@ -30,7 +30,7 @@ check n_embd % 32 == 0 : "n_embd must be a multiple of \"32\""
 weight @emb : q8_0[n_vocab, n_embd] = "token_embd.weight"
 weight @norm[l] : f32[n_embd] = "blk.{i}.norm.weight"
 weight @out : q8_0[n_vocab, n_embd] = "output.weight" else "token_embd.weight"
-weight @maybe : f32[n_embd] = "maybe.weight" optional
+weight @maybe : f32[n_embd] = "maybe.weight"
 
 func @forward(%0 : i32[N]) -> f32[1, n_vocab] {
   %1 = embed %0, @emb : (i32[N]) -> f32[N, n_embd] line 7
@@ -65,7 +65,6 @@ TEST(IrText, RoundTripsExactly) {
   EXPECT_EQ(m.checks[0].message, "n_embd must be a multiple of \"32\"");
   EXPECT_TRUE(m.weights[1].per_layer);
   EXPECT_EQ(m.weights[2].fallback, "token_embd.weight");
-  EXPECT_TRUE(m.weights[3].optional);
   ASSERT_TRUE(m.forward.loop.has_value());
   EXPECT_EQ(m.forward.loop->body.size(), 3u);
   EXPECT_EQ(m.forward.pre.at(0).line, 7);

@@ -13,6 +13,7 @@
 #include <map>
 #include <sstream>
 
+#include "lumen/common/internal_error.h"
 #include "lumen/dsl/frontend.h"
 #include "lumen/ir/lower_ast.h"
 #include "lumen/ir/text.h"
@@ -246,8 +247,8 @@ std::vector<std::string> describe_ops(const lumen::program::Program& p, const st
     for (int w : op.weights) s += " w=" + p.weights.at(static_cast<size_t>(w)).name;
     for (int b : op.biases) s += " b=" + p.weights.at(static_cast<size_t>(b)).name;
     if (op.kind == lumen::program::OpKind::MatMul) {
-      s += std::string(" epilogue=") + lumen::program::to_string(op.epilogue) + " " + op.schedule.decode_kernel + " " +
-           op.schedule.prefill_kernel;
+      s += std::string(" epilogue=") + lumen::program::to_string(op.epilogue) + " " + to_string(op.schedule.decode_kernel) +
+           " " + to_string(op.schedule.prefill_kernel);
       if (op.epilogue == lumen::program::Epilogue::Residual) s += " residual=" + view(op.residual);
     }
     if (op.kind == lumen::program::OpKind::Rope || op.kind == lumen::program::OpKind::Attention)
@@ -361,6 +362,46 @@ TEST(Lowering, ReportsWhatTheIrCannotExpress) {
   EXPECT_NE(diags.find("error: rms_norm's eps must be a param or a number"), std::string::npos) << diags;
 }
 
+TEST(Lowering, AnUnplannedModuleIsAnInternalError) {
+  Module m = compiled("dsl/qwen2.dsl");
+  m.memory.reset();
+  try {
+    (void)lumen::passes::lower_to_program(m);
+    FAIL() << "no error";
+  } catch (const lumen::InternalError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("internal error: lower_to_program: the module has no memory plan", 0), 0u)
+        << e.what();
+  }
+}
+
+TEST(Lowering, ContextLengthComesFromItsParamOrAnHParamOfItsOwn) {
+  lumen::program::Program qwen2 = lumen::passes::lower_to_program(compiled("dsl/qwen2.dsl"));
+  ASSERT_EQ(qwen2.n_ctx_train.terms.size(), 1u);
+  EXPECT_EQ(qwen2.hparams.at(static_cast<size_t>(qwen2.n_ctx_train.terms[0].value)).name, "n_ctx");
+
+  // No param reads tiny.context_length: the program still bounds --ctx by it.
+  Module m = lumen::ir::parse_module(R"(module tiny
+param n_ctx_train : int = key("tiny.embedding_length")
+param n_vocab : int = len("tokenizer.ggml.tokens")
+weight @emb : q8_0[n_vocab, n_ctx_train] = "token_embd.weight"
+func @forward(%0 : i32[N]) -> f32[N, n_vocab] {
+  %1 = embed %0, @emb : (i32[N]) -> f32[N, n_ctx_train]
+  %2 = matmul %1, @emb : (f32[N, n_ctx_train]) -> f32[N, n_vocab]
+  return %2
+}
+)");
+  lumen::passes::run_pipeline(m);
+  lumen::program::Program p = lumen::passes::lower_to_program(m);
+  ASSERT_EQ(p.n_ctx_train.terms.size(), 1u);
+  ASSERT_EQ(p.n_ctx_train.terms[0].op, lumen::program::ExprOp::HParam);
+  const lumen::program::HParam& h = p.hparams.at(static_cast<size_t>(p.n_ctx_train.terms[0].value));
+  EXPECT_EQ(h.name, "n_ctx_train_");  // the DSL's own n_ctx_train is another key
+  EXPECT_EQ(h.gguf_key, "tiny.context_length");
+  EXPECT_TRUE(h.required);
+  EXPECT_FALSE(h.default_value.has_value());
+  EXPECT_EQ(h.min_value, 1.0);
+}
+
 TEST(Lowering, KeepsSourceLinesOnOps) {
   Module m = lower_dsl("dsl/qwen2.dsl");
   ASSERT_FALSE(m.forward.pre.empty());
@@ -458,7 +499,7 @@ TEST(Lumenc, ChecksDumpsAndReportsErrors) {
   EXPECT_EQ(out, "lumenc: error: cannot read '/nonexistent/x.dsl'\n");
   EXPECT_EQ(run_lumenc("compile --frobnicate x.dsl", &out), 2);
   EXPECT_EQ(run_lumenc("dump-program " + source_path("dsl/qwen2.dsl"), &out), 0);
-  EXPECT_EQ(out.rfind("lumen-program 1\n", 0), 0u) << out.substr(0, 100);
+  EXPECT_EQ(out.rfind("lumen-program 2\n", 0), 0u) << out.substr(0, 100);
 }
 
 TEST(Schedule, RefusesMatmulsNoKernelImplements) {
@@ -505,6 +546,9 @@ TEST(Pipeline, MutatedIrNeverCrashesThePasses) {
       lumen::passes::run_pipeline(m);
       (void)lumen::passes::lower_to_program(m);
       ++compiled_ok;
+    } catch (const lumen::InternalError& e) {
+      // IR that verifies is the user's input: what is wrong with it is a user error.
+      ADD_FAILURE() << from << " -> " << to << ": " << e.what();
     } catch (const std::exception&) {
       // An error, reported: fine.
     }

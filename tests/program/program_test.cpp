@@ -1,5 +1,5 @@
 // Tests of the scheduled program helpers: expression evaluation and printing,
-// kernel names, and the text format (round trip of the hand-written qwen2
+// enum names, and the text format (round trip of the hand-written qwen2
 // program, rejection of malformed input with a line number, no crash on
 // mutated input).
 #include <gtest/gtest.h>
@@ -55,9 +55,7 @@ TEST(Expr, PrintsInfix) {
   EXPECT_EQ(max(Expr::constant(-3), Expr::hparam(5)).str(names), "max(-3,#5)");
 }
 
-TEST(Names, KernelNamesAndEnums) {
-  EXPECT_EQ(kernel_name(false, Epilogue::Bias, 16, 4), "gemv.bias");
-  EXPECT_EQ(kernel_name(true, Epilogue::SiluMul, 16, 4), "gemm.silu_mul.m16n4");
+TEST(Names, Enums) {
   EXPECT_STREQ(to_string(OpKind::RmsNormQuant), "RmsNormQuant");
   EXPECT_STREQ(to_string(OpKind::Softmax), "Softmax");
   // Appended last: the numbering of the existing kinds is unchanged.
@@ -79,7 +77,8 @@ TEST(Serialize, Qwen2ProgramParsesWithTheExpectedStructure) {
   EXPECT_EQ(p.layer[1].kind, OpKind::MatMul);
   EXPECT_EQ(p.layer[1].weights.size(), 3u);
   EXPECT_EQ(p.layer[1].epilogue, Epilogue::Bias);
-  EXPECT_EQ(p.layer[1].schedule.prefill_kernel, "gemm.bias.m48n4");
+  EXPECT_EQ(p.layer[1].schedule.prefill_kernel, KernelId::gemm(Epilogue::Bias, 48, 4));
+  EXPECT_EQ(p.layer[1].schedule.decode_kernel, KernelId::gemv(Epilogue::Bias));
   EXPECT_EQ(p.layer[4].kind, OpKind::Attention);
   EXPECT_EQ(p.layer[4].inputs.size(), 3u);
   EXPECT_EQ(p.post[2].output.buffer, p.logits_buffer);
@@ -117,7 +116,7 @@ TEST(Serialize, OddNamesRoundTripThroughIndices) {
                              std::nullopt});
   p.buffers.push_back(Buffer{"N", DType::F32, Expr::tokens(), Expr::hparam(2), Expr::constant(0)});
   p.weights.push_back(Weight{"w", "blk.{i}.w", true, {DType::Q8_0, DType::F32},
-                             {Expr::hparam(0), max(Expr::hparam(1), Expr::constant(-9))}, "fb", true});
+                             {Expr::hparam(0), max(Expr::hparam(1), Expr::constant(-9))}, "fb"});
   p.tokens_buffer = 0;
   p.n_layers = Expr::hparam(0) % Expr::constant(3);
   Op op;
@@ -167,12 +166,12 @@ struct Malformed {
 };
 
 TEST(Deserialize, RejectsMalformedInputNamingTheLine) {
-  const std::string head = "lumen-program 1\nprogram arch=\"a\" source=\"s\" tokens=_ logits=_ n_layers=1 "
+  const std::string head = "lumen-program 2\nprogram arch=\"a\" source=\"s\" tokens=_ logits=_ n_layers=1 "
                            "n_ctx_train=1 kv_dim=1 arena_bytes=1\n";
   std::vector<Malformed> cases = {
       {"", "header"},
-      {"lumen-program 2\n", "line 1: expected the header"},
-      {"lumen-program 1\n", "missing the 'program' record"},
+      {"lumen-program 1\n", "line 1: expected the header"},  // version 1 had tile_m, tile_n, optional
+      {"lumen-program 2\n", "missing the 'program' record"},
       {head + "bogus x=1\n", "line 3: unknown record 'bogus'"},
       {head + "hparam name=\"a\" key=\"\" kind=int required=1 default=_ derived=_ min=_\n",
        "line 3: missing field 'max'"},
@@ -197,12 +196,14 @@ TEST(Deserialize, RejectsMalformedInputNamingTheLine) {
       {head + "buffer name=\"b\" dtype=F32 rows=N cols=1 offset=0\npost op=Add in=b[0:1\n", "malformed view"},
       {head + "buffer name=\"b\" dtype=F99 rows=N cols=1 offset=0\n", "line 3: unknown dtype 'F99'"},
       {head + "post op=MatMul weights=ghost\n", "unknown weight 'ghost'"},
-      {head + "post op=MatMul tile_m=sixteen\n", "expected an integer"},
+      {head + "post op=MatMul rows_per_task=sixteen\n", "expected an integer"},
+      {head + "post op=MatMul prefill_kernel=\"gemm.none.m17n4\"\n", "bad kernel 'gemm.none.m17n4'"},
+      {head + "post op=MatMul tile_m=16\n", "unknown field 'tile_m'"},
       {head + "post op=Rope rope_mode=sideways\n", "unknown rope mode"},
       {head + head.substr(16), "a second 'program' record"},
       {head + "hparam key=\"k\"\n", "missing field 'name'"},
   };
-  std::string deep = "lumen-program 1\nprogram arch=\"a\" source=\"s\" tokens=_ logits=_ n_layers=" +
+  std::string deep = "lumen-program 2\nprogram arch=\"a\" source=\"s\" tokens=_ logits=_ n_layers=" +
                      std::string(5000, '(') + "1" + std::string(5000, ')') +
                      " n_ctx_train=1 kv_dim=1 arena_bytes=1\n";
   cases.push_back({deep, "nested too deeply"});

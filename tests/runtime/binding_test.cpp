@@ -30,6 +30,7 @@ constexpr int64_t kKvDim = kEmbd / kHeads * kHeadsKv;
 struct SynthOptions {
   std::function<void(gguf::Writer&)> metadata;              // edits after the defaults
   std::string skip_tensor;                                  // leave this tensor out
+  std::string skip_key;                                     // leave this metadata key out (u32 defaults only)
   std::function<void(std::string&, gguf::TensorType&, std::vector<int64_t>&)> tensor;  // edit one
 };
 
@@ -69,7 +70,7 @@ std::vector<uint8_t> f32_bytes(int64_t n, float value) {
 std::string synth_gguf(const std::string& name, const SynthOptions& o = {}) {
   gguf::Writer w;
   w.set_string("general.architecture", "qwen2");
-  w.set_u32("qwen2.context_length", 64);
+  if (o.skip_key != "qwen2.context_length") w.set_u32("qwen2.context_length", 64);
   w.set_u32("qwen2.embedding_length", kEmbd);
   w.set_u32("qwen2.block_count", kLayers);
   w.set_u32("qwen2.feed_forward_length", kFf);
@@ -140,6 +141,12 @@ class Binding : public ::testing::Test {
 };
 
 std::shared_ptr<const CompiledModel> Binding::model_;
+
+TEST_F(Binding, MissingContextLengthIsAClearError) {
+  SynthOptions o;
+  o.skip_key = "qwen2.context_length";
+  expect_load_error(synth_gguf("no_context_length", o), "missing metadata key 'qwen2.context_length' (hparam 'n_ctx')");
+}
 
 TEST_F(Binding, SyntheticModelRunsAndPrefillMatchesDecode) {
   SessionOptions o;

@@ -68,14 +68,14 @@ inline std::shared_ptr<const CompiledModel> in_process_model(const program::Prog
   for (const auto* ops : {&program.pre, &program.layer, &program.post})
     for (const program::Op& op : *ops) {
       if (op.kind != program::OpKind::MatMul) continue;
-      for (const std::string& name : {op.schedule.decode_kernel, op.schedule.prefill_kernel}) {
-        if (model->kernels.count(name) != 0) continue;
+      for (const program::KernelId& kernel : {op.schedule.decode_kernel, op.schedule.prefill_kernel}) {
+        if (model->kernels.count(kernel) != 0) continue;
         if (reference) {
-          model->kernels[name] = reference_kernel_for(isa, op.epilogue);
+          model->kernels[kernel] = reference_kernel_for(isa, op.epilogue);
           continue;
         }
-        kernels->push_back(std::make_unique<codegen::JitKernel>(isa, name));
-        model->kernels[name] = kernels->back()->fn();
+        kernels->push_back(std::make_unique<codegen::JitKernel>(isa, kernel));
+        model->kernels[kernel] = kernels->back()->fn();
       }
     }
   model->code_owner = kernels;

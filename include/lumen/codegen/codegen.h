@@ -12,14 +12,14 @@
 namespace lumen::codegen {
 
 // Machine code of one kernel, position independent, entry at offset 0, with
-// the signature lumen::MatMulFn. `name` is a program::kernel_name() string.
-// Throws std::invalid_argument for a name it cannot generate.
-std::vector<uint8_t> generate_matmul_kernel(Isa isa, const std::string& name);
+// the signature lumen::MatMulFn. Throws InternalError for a kernel that is not
+// program::is_valid (schedules only name valid ones).
+std::vector<uint8_t> generate_matmul_kernel(Isa isa, const program::KernelId& kernel);
 
 // A kernel generated into executable memory of this process (tests, benches).
 class JitKernel {
  public:
-  JitKernel(Isa isa, const std::string& name);
+  JitKernel(Isa isa, const program::KernelId& kernel);
   explicit JitKernel(const std::vector<uint8_t>& code);  // code from generate_matmul_kernel
   ~JitKernel();
   JitKernel(const JitKernel&) = delete;

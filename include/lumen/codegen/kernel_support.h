@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
 #include <vector>
 
 #include "lumen/program/program.h"
@@ -11,32 +10,17 @@
 
 namespace lumen::codegen {
 
-// ---------------------------------------------------------- kernel names
-// A parsed program::kernel_name(): "gemv.<epilogue>" or
-// "gemm.<epilogue>.m<tile_m>n<tile_n>".
-struct KernelSpec {
-  bool prefill = false;
-  program::Epilogue epilogue = program::Epilogue::None;
-  int64_t tile_m = 16;
-  int64_t tile_n = 1;
-};
-// Throws std::invalid_argument for anything else.
-KernelSpec parse_kernel_name(const std::string& name);
-// The inverse; matches program::kernel_name().
-std::string format_kernel_name(const KernelSpec& spec);
-const char* epilogue_name(program::Epilogue e);
-
 // ------------------------------------------------------ generator knobs
-// What the generator really uses for a spec: the register tile is clamped to
-// what the ISA's register file holds (see docs/kernels.md).
+// What the generator really uses for a kernel: the register tile is clamped
+// to what the ISA's register file holds (see docs/kernels.md).
 struct KernelShape {
   int64_t groups = 1;          // output row groups per register tile
   int64_t tokens = 1;          // tokens per register tile
   int64_t prefetch_bytes = 0;  // software prefetch distance on the weight stream, 0 = none
   int64_t chunk_act_bytes = 256 * 1024;  // token chunk: activations of at most this many bytes, 0 = one chunk
 };
-KernelShape kernel_shape(Isa isa, const KernelSpec& spec);
+KernelShape kernel_shape(Isa isa, const program::KernelId& kernel);
 // generate_matmul_kernel with an explicit shape (the benchmark sweeps it).
-std::vector<uint8_t> generate_matmul_kernel(Isa isa, const KernelSpec& spec, const KernelShape& shape);
+std::vector<uint8_t> generate_matmul_kernel(Isa isa, const program::KernelId& kernel, const KernelShape& shape);
 
 }  // namespace lumen::codegen

@@ -77,7 +77,6 @@ struct Weight {
   DType dtype = DType::F32;
   std::vector<Dim> shape;  // DSL order: [rows, row_length]
   std::string fallback;    // gguf name used when gguf_name is absent
-  bool optional = false;   // may be absent (ops using it are skipped by the runtime)
   int line = 0;
 };
 

@@ -53,11 +53,11 @@ void insert_quantize(ir::Module& m);
 void fuse_norm_quant(ir::Module& m);
 
 /// Annotates every matmul with its kernels and thread split: decode_kernel
-/// (N == 1), prefill_kernel (N > 1), tile_m, tile_n, rows_per_task,
-/// tokens_per_task (kernel names from program::kernel_name()). Throws
-/// ir::IrError for a matmul no kernel implements (weights not q8_0, input
-/// not act_q8). Preconditions: all fusions (the epilogue picks the kernel),
-/// insert_quantize.
+/// (N == 1), prefill_kernel (N > 1; its tile is the register tile),
+/// rows_per_task, tokens_per_task (kernels as to_string(program::KernelId)).
+/// Throws ir::IrError for a matmul no kernel implements (weights not q8_0);
+/// an input that is not act_q8 is an InternalError. Preconditions: all
+/// fusions (the epilogue picks the kernel), insert_quantize.
 void schedule(ir::Module& m);
 
 /// Places every activation in one arena: values that share storage (views,
@@ -68,9 +68,11 @@ void schedule(ir::Module& m);
 void plan_memory(ir::Module& m);
 
 /// The scheduled, memory-planned IR as a program::Program (weights in ggml
-/// order, views as column ranges, one op list per loop iteration). Throws
-/// ir::IrError for IR it cannot express (e.g. without a memory plan).
-/// Preconditions: plan_memory.
+/// order, views as column ranges, one op list per loop iteration). Its
+/// input comes from the pipeline, so anything it cannot express (no memory
+/// plan, an unscheduled matmul) is an InternalError. A module without a
+/// param for "<arch>.context_length" gets a required hparam for that key
+/// (docs/runtime.md). Preconditions: plan_memory.
 program::Program lower_to_program(const ir::Module& m);
 
 // ------------------------------------------------------------ the pipeline
@@ -85,7 +87,7 @@ const PassInfo* find_pass(std::string_view name);
 
 // Runs the pipeline, verifying the IR after every pass; `after_each` (if set)
 // sees the IR after each pass. `stop_after` (a pass name) ends the pipeline
-// early. Throws ir::IrError naming the pass whose output does not verify.
+// early. A pass whose output does not verify is a bug: InternalError naming it.
 void run_pipeline(ir::Module& m, const std::function<void(const PassInfo&, const ir::Module&)>& after_each = {},
                   std::string_view stop_after = {});
 

@@ -12,6 +12,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace lumen::program {
@@ -82,7 +83,6 @@ struct Weight {
   std::vector<DType> dtypes;   // accepted dtypes (Q8_0 for matmuls; F32 for norms and biases)
   std::vector<Expr> shape;     // ggml order: shape[0] is the row length
   std::string fallback;        // gguf name used when gguf_name is absent ("token_embd.weight")
-  bool optional = false;       // absent and no fallback: the ops using it are skipped
 };
 
 // ------------------------------------------------------------- activations
@@ -134,19 +134,55 @@ const char* to_string(Epilogue e);
 
 enum class RopeMode : uint8_t { Normal, Neox };
 
+// ------------------------------------------------------------ matmul kernels
+enum class KernelKind : uint8_t {
+  Gemv,  // one token (decode)
+  Gemm,  // many tokens (prefill), in register tiles of tile_m rows x tile_n tokens
+};
+const char* to_string(KernelKind k);  // "gemv", "gemm"
+
+// Which generated matmul kernel an op calls: the schedule names it, codegen
+// generates it, model.so's kernel table and the runtime's lookup are keyed by
+// it. The ISA is not part of it: one model.so holds kernels for one ISA, and
+// a program is scheduled before its target is chosen.
+//
+// Text form (program text, kernel table, profiles), written only by
+// to_string() and read only by parse_kernel_id():
+//   "gemv.<epilogue>"  or  "gemm.<epilogue>.m<tile_m>n<tile_n>"
+// with the epilogue as to_string(Epilogue), e.g. "gemm.bias.m48n4".
+struct KernelId {
+  KernelKind kind = KernelKind::Gemv;
+  Epilogue epilogue = Epilogue::None;
+  int64_t tile_m = kGemvTileM;  // Gemm: a multiple of 16 in [16, 1024]
+  int64_t tile_n = kGemvTileN;  // Gemm: in [1, 64]
+
+  // A Gemv's tile is fixed (the generator picks its own), so that equal
+  // kernels compare equal.
+  static constexpr int64_t kGemvTileM = 16, kGemvTileN = 1;
+  static KernelId gemv(Epilogue e) { return KernelId{KernelKind::Gemv, e, kGemvTileM, kGemvTileN}; }
+  static KernelId gemm(Epilogue e, int64_t tile_m, int64_t tile_n) {
+    return KernelId{KernelKind::Gemm, e, tile_m, tile_n};
+  }
+  friend auto operator<=>(const KernelId&, const KernelId&) = default;
+};
+std::string to_string(const KernelId& k);
+// The inverse of to_string(KernelId): nullopt, and the reason in *why, for
+// any text to_string cannot produce or whose kernel would be invalid.
+std::optional<KernelId> parse_kernel_id(std::string_view text, std::string* why = nullptr);
+// Whether codegen can generate `k` (tile bounds; a Gemv's tile is the fixed one).
+bool is_valid(const KernelId& k, std::string* why = nullptr);
+// An assembler symbol for `k` ("lumen_gemm_bias_m48n4"): emitted model.so
+// names its kernels with it, so profilers and disassemblers show them.
+std::string kernel_symbol(const KernelId& k);
+
 // How one matmul runs: chosen by the scheduling pass, consumed by codegen
-// (kernel generation) and the runtime (thread split).
+// (kernel generation) and the runtime (kernel choice and thread split).
 struct MatMulSchedule {
-  std::string decode_kernel;   // kernel for N == 1, named by kernel_name()
-  std::string prefill_kernel;  // kernel for N > 1, named by kernel_name()
-  int64_t tile_m = 16;         // prefill micro-kernel register tile: rows
-  int64_t tile_n = 4;          //   ... and tokens
+  KernelId decode_kernel;      // for N == 1
+  KernelId prefill_kernel;     // for N > 1; its tile is the prefill register tile
   int64_t rows_per_task = 64;  // output rows per work item (multiple of the pack row group)
   int64_t tokens_per_task = 64;  // prefill: tokens per work item
 };
-// The kernel a schedule asks for, as a stable name codegen can parse back:
-// "gemv.<epilogue>" or "gemm.<epilogue>.m<tile_m>n<tile_n>", epilogue as to_string().
-std::string kernel_name(bool prefill, Epilogue e, int64_t tile_m, int64_t tile_n);
 
 struct Op {
   OpKind kind = OpKind::Add;
@@ -169,6 +205,15 @@ struct Op {
 };
 
 // ----------------------------------------------------------------- program
+// The three op lists of a program, in the order they run.
+enum class Section : uint8_t {
+  Pre,    // once per batch, before the layers
+  Layer,  // once per layer, weights indexed by the layer
+  Post,   // after the layers
+};
+inline constexpr Section kSections[] = {Section::Pre, Section::Layer, Section::Post};
+const char* to_string(Section s);  // "pre", "layer", "post" (the record kinds of the text form)
+
 struct Program {
   std::string arch;          // must equal general.architecture
   std::string source_name;   // "qwen2.dsl"
@@ -185,6 +230,8 @@ struct Program {
   std::vector<Op> layer;     // ops run once per layer (weights indexed by layer)
   std::vector<Op> post;      // ops after the loop
   Expr arena_bytes;          // total arena size for N tokens
+
+  const std::vector<Op>& ops(Section s) const { return s == Section::Pre ? pre : s == Section::Layer ? layer : post; }
 };
 
 // Stable text serialization (embedded in model.so; also `lumenc dump-program`).

@@ -23,15 +23,25 @@ struct PackedMatMul {
   const float* bias = nullptr; // M floats (biases concatenated), or null
 };
 
+// One T for each section of the program, indexed by program::Section.
+template <typename T>
+struct PerSection {
+  T pre, layer, post;
+  T& operator[](program::Section s) { return s == program::Section::Pre ? pre : s == program::Section::Layer ? layer : post; }
+  const T& operator[](program::Section s) const {
+    return s == program::Section::Pre ? pre : s == program::Section::Layer ? layer : post;
+  }
+};
+
 struct BoundModel {
   std::vector<double> hparams;  // resolved, in program order
   int64_t n_layers = 0;
   int64_t n_ctx_train = 0;
   int64_t kv_dim = 0;
-  // tensors[weight][layer] (one entry for global weights); null for absent optional weights.
+  // tensors[weight][layer] (one entry for global weights), never null.
   std::vector<std::vector<const gguf::TensorInfo*>> tensors;
-  // matmuls[section][op][layer]: sections pre, layer, post; empty for non-matmul ops.
-  std::vector<std::vector<std::vector<PackedMatMul>>> matmuls;
+  // matmuls[section][op][layer] (one layer outside Section::Layer); empty for non-matmul ops.
+  PerSection<std::vector<std::vector<PackedMatMul>>> matmuls;
   uint64_t packed_bytes = 0;
   double pack_seconds = 0;
 

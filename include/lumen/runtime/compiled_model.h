@@ -25,7 +25,7 @@ struct CompiledModel {
   uint64_t required_cpu = 0;              // lumen::CpuFeature mask the kernels need
   std::string target = "avx2";            // to_string(isa), as model.so states it
   std::string compiler;                   // "lumenc 0.1.0", for stats
-  std::map<std::string, MatMulFn> kernels;  // program::kernel_name() -> entry point
+  std::map<program::KernelId, MatMulFn> kernels;  // entry points of the kernels the schedules name
   std::shared_ptr<void> code_owner;       // keeps the kernels' code mapped (dlopen handle, JIT)
 };
 

@@ -10,6 +10,10 @@
 
 namespace lumen::runtime::ops {
 
+// Largest head_dim of rope and attention: the attention kernels keep a query
+// head on the stack. The executor refuses programs beyond it at load time.
+inline constexpr int64_t kMaxHeadDim = 1024;
+
 // y = (x * (1/sqrtf(mean(x^2) + eps))) * w, the sum of squares in double.
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);
 
@@ -66,7 +70,8 @@ void to_f16(const float* x, uint16_t* out, int64_t n);
 float silu(float x);
 
 // y = softmax(x) over n values (the Softmax op, one row): exp(x - max) kept in
-// f32, summed in double, times (float)(1/sum). y may equal x. (ops_softmax.cpp)
+// f32, summed in double, times (float)(1/sum), as ggml's soft_max does. y may
+// equal x. The scalar attention path uses the same arithmetic (ops.cpp).
 void softmax_row(const float* x, float* y, int64_t n);
 
 }  // namespace lumen::runtime::ops

@@ -1,0 +1,50 @@
+// The per-ISA register tile the generator really uses for a kernel.
+#include <algorithm>
+
+#include "lumen/codegen/kernel_support.h"
+#include "lumen/common/internal_error.h"
+#include "lumen/target/packed_q8_0.h"
+
+namespace lumen::codegen {
+
+KernelShape kernel_shape(Isa isa, const program::KernelId& kernel) {
+  std::string why;
+  LUMEN_ASSERT(program::is_valid(kernel, &why), "kernel " + program::to_string(kernel) + ": " + why);
+  // Accumulators (one int + one float vector per packed group, vector half and
+  // token) must fit beside the temporaries: see generate_matmul_kernel.
+  const int64_t halves = isa == Isa::Avx2 ? 2 : 1;
+  const int64_t max_acc = isa == Isa::Avx512Vnni ? 14 : isa == Isa::Avx512 ? 13 : 5;
+  const int64_t mult = kernel.epilogue == program::Epilogue::SiluMul ? 2 : 1;
+  // One pointer register per packed group and per token, 12 in all.
+  constexpr int64_t kMaxPackedGroups = 4;
+  constexpr int64_t kMaxTokens = 8;
+  constexpr int64_t kGemvPackedGroups = 4;
+  KernelShape shape;
+  if (kernel.kind == program::KernelKind::Gemv) {
+    shape.tokens = 1;
+    shape.groups = std::max<int64_t>(1, std::min(kGemvPackedGroups, max_acc / halves) / mult);
+    // Four blocks ahead on every weight stream: end to end decode at 1 and 2
+    // threads gained 4-5% over no software prefetch (docs/kernels.md).
+    shape.prefetch_bytes = 4 * kPackedBlockBytes;
+    return shape;
+  }
+  // Within the asked tile, the largest groups x tokens that fits (the most
+  // register reuse), more tokens on a tie: AVX2 turns m48n4 into m16n2, whose
+  // weights serve two tokens, not m32n1 (15% slower on the QKV shape).
+  const int64_t asked_groups = std::min(kernel.tile_m / kPackRows, kMaxPackedGroups / mult);
+  const int64_t asked_tokens = std::min(kernel.tile_n, kMaxTokens);
+  shape.groups = 1;
+  shape.tokens = 1;
+  for (int64_t g = 1; g <= asked_groups; ++g) {
+    for (int64_t t = 1; t <= asked_tokens; ++t) {
+      if (g * mult * halves * t > max_acc) continue;
+      if (g * t > shape.groups * shape.tokens || (g * t == shape.groups * shape.tokens && t > shape.tokens)) {
+        shape.groups = g;
+        shape.tokens = t;
+      }
+    }
+  }
+  return shape;
+}
+
+}  // namespace lumen::codegen

@@ -1,0 +1,56 @@
+// Kernel shapes: the generator clamps every asked tile to the register file
+// of its ISA; a kernel id that is not valid is an internal error, not a
+// kernel.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "lumen/codegen/codegen.h"
+#include "lumen/codegen/kernel_support.h"
+#include "lumen/common/internal_error.h"
+
+namespace lumen::codegen {
+namespace {
+
+using program::Epilogue;
+using program::KernelId;
+
+TEST(KernelShape, TilesClampToTheRegisterFile) {
+  const KernelShape big = kernel_shape(Isa::Avx512Vnni, KernelId::gemm(Epilogue::None, 64, 8));
+  EXPECT_LE(big.groups * big.tokens, 14);
+  const KernelShape avx2 = kernel_shape(Isa::Avx2, KernelId::gemm(Epilogue::SiluMul, 32, 4));
+  EXPECT_EQ(avx2.groups, 1);
+  EXPECT_LE(2 * 2 * avx2.tokens, 5);
+  const KernelShape avx2_default = kernel_shape(Isa::Avx2, KernelId::gemm(Epilogue::None, 48, 4));
+  EXPECT_EQ(avx2_default.groups, 1);  // weights reused across 2 tokens, not 2 groups x 1 token
+  EXPECT_EQ(avx2_default.tokens, 2);
+  const KernelShape silu = kernel_shape(Isa::Avx512Vnni, KernelId::gemm(Epilogue::SiluMul, 48, 4));
+  EXPECT_EQ(silu.groups, 2);  // gate and up of 2 groups x 3 tokens = 12 accumulators
+  EXPECT_EQ(silu.tokens, 3);
+  const KernelShape asked = kernel_shape(Isa::Avx512Vnni, KernelId::gemm(Epilogue::None, 32, 4));
+  EXPECT_EQ(asked.groups, 2);
+  EXPECT_EQ(asked.tokens, 4);
+}
+
+TEST(KernelShape, InvalidKernelIdsAreInternalErrors) {
+  for (const KernelId& bad : {KernelId::gemm(Epilogue::None, 15, 4), KernelId::gemm(Epilogue::None, 16, 0),
+                              KernelId{program::KernelKind::Gemv, Epilogue::Bias, 48, 4}}) {
+    try {
+      (void)generate_matmul_kernel(Isa::Avx2, bad);
+      ADD_FAILURE() << "generated " << to_string(bad);
+    } catch (const InternalError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("internal error: kernel ", 0), 0u) << e.what();
+    }
+  }
+}
+
+TEST(KernelShape, ShapesBeyondTheRegisterFileAreInternalErrors) {
+  KernelShape too_big;
+  too_big.groups = 4;
+  too_big.tokens = 8;
+  EXPECT_THROW((void)generate_matmul_kernel(Isa::Avx2, KernelId::gemm(Epilogue::None, 64, 8), too_big),
+               InternalError);
+}
+
+}  // namespace
+}  // namespace lumen::codegen

@@ -1,0 +1,58 @@
+// Kernel ids: to_string() is the only printer and parse_kernel_id() the only
+// parser of the text form; every valid id round-trips, anything else is
+// refused with a reason.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "lumen/program/program.h"
+
+namespace lumen::program {
+namespace {
+
+constexpr Epilogue kEpilogues[] = {Epilogue::None, Epilogue::Bias, Epilogue::Residual, Epilogue::BiasResidual,
+                                   Epilogue::SiluMul};
+
+TEST(KernelId, PrintsTheTextForm) {
+  EXPECT_EQ(to_string(KernelId::gemv(Epilogue::Bias)), "gemv.bias");
+  EXPECT_EQ(to_string(KernelId::gemm(Epilogue::SiluMul, 16, 4)), "gemm.silu_mul.m16n4");
+  EXPECT_EQ(to_string(KernelId::gemm(Epilogue::BiasResidual, 48, 4)), "gemm.bias_residual.m48n4");
+  EXPECT_EQ(kernel_symbol(KernelId::gemm(Epilogue::Bias, 48, 4)), "lumen_gemm_bias_m48n4");
+  EXPECT_EQ(kernel_symbol(KernelId::gemv(Epilogue::None)), "lumen_gemv_none");
+}
+
+TEST(KernelId, EveryValidIdRoundTrips) {
+  for (Epilogue e : kEpilogues) {
+    for (const KernelId& k : {KernelId::gemv(e), KernelId::gemm(e, 16, 1), KernelId::gemm(e, 32, 6),
+                              KernelId::gemm(e, 1024, 64)}) {
+      ASSERT_TRUE(is_valid(k)) << to_string(k);
+      const std::optional<KernelId> back = parse_kernel_id(to_string(k));
+      ASSERT_TRUE(back.has_value()) << to_string(k);
+      EXPECT_EQ(*back, k) << to_string(k);
+    }
+  }
+}
+
+TEST(KernelId, RefusesAnythingElseWithAReason) {
+  for (const char* bad : {"", "gemv", "gemv.", "gemv.gelu", "gemm.none", "gemm.none.m16", "gemm.none.m15n4",
+                          "gemm.none.m16n0", "gemm.none.m16n65", "gemm.none.m1040n4", "gemm.none.m16nx",
+                          "gemm.none.mn4", "gemm.none.m16n4x", "gemm.none.m016n4", "gemm.none.m-16n4",
+                          "gemv.none.m16n4", "conv.none", "GEMV.none"}) {
+    std::string why;
+    EXPECT_FALSE(parse_kernel_id(bad, &why).has_value()) << bad;
+    EXPECT_FALSE(why.empty()) << bad;
+  }
+  std::string why;
+  EXPECT_FALSE(is_valid(KernelId{KernelKind::Gemv, Epilogue::None, 48, 4}, &why));
+  EXPECT_EQ(why, "a gemv kernel has no tile of its own");
+}
+
+TEST(KernelId, OrdersForUseAsAKey) {
+  const KernelId a = KernelId::gemm(Epilogue::None, 48, 4), b = KernelId::gemm(Epilogue::None, 48, 5);
+  EXPECT_TRUE(a < b || b < a);
+  EXPECT_FALSE(a < a);
+  EXPECT_NE(KernelId::gemv(Epilogue::None), KernelId::gemv(Epilogue::Bias));
+}
+
+}  // namespace
+}  // namespace lumen::program
