@@ -23,6 +23,8 @@ namespace lumen::codegen {
 namespace {
 
 using program::Epilogue;
+using program::KernelId;
+using program::KernelKind;
 
 constexpr uint32_t kPoisonBits = 0x7FC0DEADu;  // a NaN with a payload the kernels never produce
 const Epilogue kAllEpilogues[] = {Epilogue::None, Epilogue::Bias, Epilogue::Residual, Epilogue::BiasResidual,
@@ -36,12 +38,11 @@ std::vector<Isa> runnable_isas() {
   return isas;
 }
 
-// `shape` overrides the register tile the name implies (groups 0: none).
-const JitKernel& kernel(Isa isa, const std::string& name, const KernelShape& shape) {
-  static std::map<std::tuple<Isa, std::string, int64_t, int64_t, int64_t, int64_t>, std::unique_ptr<JitKernel>> cache;
-  auto& slot = cache[{isa, name, shape.groups, shape.tokens, shape.prefetch_bytes, shape.chunk_act_bytes}];
+// `shape` overrides the register tile the kernel id implies (groups 0: none).
+const JitKernel& kernel(Isa isa, const KernelId& id, const KernelShape& shape) {
+  static std::map<std::tuple<Isa, KernelId, int64_t, int64_t, int64_t, int64_t>, std::unique_ptr<JitKernel>> cache;
+  auto& slot = cache[{isa, id, shape.groups, shape.tokens, shape.prefetch_bytes, shape.chunk_act_bytes}];
   if (!slot) {
-    const program::KernelId id = program::parse_kernel_id(name).value();
     slot = shape.groups == 0 ? std::make_unique<JitKernel>(isa, id)
                              : std::make_unique<JitKernel>(generate_matmul_kernel(isa, id, shape));
   }
@@ -51,7 +52,7 @@ const JitKernel& kernel(Isa isa, const std::string& name, const KernelShape& sha
 struct Problem {
   int64_t m = 16, k = 32, n = 1;
   Epilogue epilogue = Epilogue::None;
-  std::string kernel_name;
+  KernelId kernel;
   int threads = 1;
   int64_t rows_per_task = 16;
   bool in_place_residual = false;  // residual == y
@@ -169,7 +170,7 @@ std::vector<uint8_t> pack(Isa isa, const Problem& p, const Data& d) {
 // row tasks round-robin, as the runtime does.
 void run(Isa isa, const Problem& p, const Data& d, const std::vector<uint8_t>& packed, float* y,
          const float* residual, bool use_reference) {
-  const MatMulFn fn = use_reference ? nullptr : kernel(isa, p.kernel_name, p.shape).fn();
+  const MatMulFn fn = use_reference ? nullptr : kernel(isa, p.kernel, p.shape).fn();
   const int64_t mult = p.epilogue == Epilogue::SiluMul ? 2 : 1;
   const int64_t group_bytes = (p.k / 32) * kPackedBlockBytes;
   const int64_t tasks = (p.m + p.rows_per_task - 1) / p.rows_per_task;
@@ -202,7 +203,7 @@ void run(Isa isa, const Problem& p, const Data& d, const std::vector<uint8_t>& p
 }
 
 void check(Isa isa, const Problem& p, uint32_t seed) {
-  SCOPED_TRACE(testing::Message() << to_string(isa) << " " << p.kernel_name << " M=" << p.m << " K=" << p.k
+  SCOPED_TRACE(testing::Message() << to_string(isa) << " " << to_string(p.kernel) << " M=" << p.m << " K=" << p.k
                                   << " N=" << p.n << " threads=" << p.threads << " rows/task=" << p.rows_per_task
                                   << (p.in_place_residual ? " in-place" : ""));
   const Data d = make_data(p, seed);
@@ -252,9 +253,9 @@ void check(Isa isa, const Problem& p, uint32_t seed) {
   }
 }
 
-std::string gemm_name(Epilogue e, int variant) {
-  static const char* tiles[] = {"m16n4", "m48n4", "m32n6", "m64n8", "m16n1", "m48n3", "m32n2"};
-  return std::string("gemm.") + program::to_string(e) + "." + tiles[variant % 7];
+KernelId gemm_kernel(Epilogue e, int variant) {
+  static const int64_t tiles[][2] = {{16, 4}, {48, 4}, {32, 6}, {64, 8}, {16, 1}, {48, 3}, {32, 2}};
+  return KernelId::gemm(e, tiles[variant % 7][0], tiles[variant % 7][1]);
 }
 
 TEST(MatMulKernels, SmallShapesEveryIsaEpilogueAndThreadCount) {
@@ -272,8 +273,7 @@ TEST(MatMulKernels, SmallShapesEveryIsaEpilogueAndThreadCount) {
             p.epilogue = e;
             p.threads = 1 + variant % 4;
             p.rows_per_task = variant % 3 == 0 ? 32 : 16;
-            p.kernel_name = n <= 3 && variant % 2 == 0 ? std::string("gemv.") + program::to_string(e)
-                                                      : gemm_name(e, variant);
+            p.kernel = n <= 3 && variant % 2 == 0 ? KernelId::gemv(e) : gemm_kernel(e, variant);
             check(isa, p, uint32_t(variant));
             if (HasFailure()) return;
           }
@@ -285,13 +285,14 @@ TEST(MatMulKernels, SmallShapesEveryIsaEpilogueAndThreadCount) {
 
 TEST(MatMulKernels, IntegerPartsAreExact) {
   for (Isa isa : runnable_isas()) {
-    for (const char* name : {"gemv.none", "gemm.none.m32n4", "gemm.none.m16n8"}) {
+    for (const KernelId& id : {KernelId::gemv(Epilogue::None), KernelId::gemm(Epilogue::None, 32, 4),
+                               KernelId::gemm(Epilogue::None, 16, 8)}) {
       for (int64_t k : {32, 352, 4864}) {
         Problem p;
         p.m = 33;
         p.k = k;
-        p.n = name[3] == 'v' ? 1 : 11;
-        p.kernel_name = name;
+        p.n = id.kind == KernelKind::Gemv ? 1 : 11;
+        p.kernel = id;
         p.exact_integers = true;
         p.threads = 2;
         p.rows_per_task = 32;
@@ -312,7 +313,7 @@ TEST(MatMulKernels, QwenShapesGemv) {
         p.m = m;
         p.k = k;
         p.epilogue = e;
-        p.kernel_name = std::string("gemv.") + program::to_string(e);
+        p.kernel = KernelId::gemv(e);
         p.threads = 1 + variant % 4;
         p.rows_per_task = 64;
         check(isa, p, uint32_t(variant));
@@ -325,11 +326,11 @@ TEST(MatMulKernels, LargeBatches) {
   const struct {
     int64_t m, k, n;
     Epilogue e;
-    const char* tile;
+    int64_t tile_m, tile_n;
   } cases[] = {
-      {896, 896, 64, Epilogue::BiasResidual, "m32n6"},  {33, 4864, 512, Epilogue::None, "m16n8"},
-      {4864, 32, 512, Epilogue::SiluMul, "m32n4"},       {896, 352, 67, Epilogue::Residual, "m64n8"},
-      {17, 4864, 512, Epilogue::SiluMul, "m16n4"},      {97, 4864, 131, Epilogue::Residual, "m48n4"},
+      {896, 896, 64, Epilogue::BiasResidual, 32, 6}, {33, 4864, 512, Epilogue::None, 16, 8},
+      {4864, 32, 512, Epilogue::SiluMul, 32, 4},      {896, 352, 67, Epilogue::Residual, 64, 8},
+      {17, 4864, 512, Epilogue::SiluMul, 16, 4},     {97, 4864, 131, Epilogue::Residual, 48, 4},
   };
   int variant = 0;
   for (Isa isa : runnable_isas()) {
@@ -340,7 +341,7 @@ TEST(MatMulKernels, LargeBatches) {
       p.k = c.k;
       p.n = c.n;
       p.epilogue = c.e;
-      p.kernel_name = std::string("gemm.") + program::to_string(c.e) + "." + c.tile;
+      p.kernel = KernelId::gemm(c.e, c.tile_m, c.tile_n);
       p.threads = 1 + variant % 4;
       p.rows_per_task = 64;
       check(isa, p, uint32_t(variant));
@@ -351,26 +352,26 @@ TEST(MatMulKernels, LargeBatches) {
 TEST(MatMulKernels, NonDefaultShapes) {
   // The benchmark's knobs: 8 GEMV groups, software prefetch, tiny and no token chunks.
   const struct {
-    const char* name;
+    KernelId kernel;
     KernelShape shape;
   } cases[] = {
-      {"gemv.bias", {8, 1, 1088, 256 << 10}},
-      {"gemv.silu_mul", {3, 1, 544, 256 << 10}},
-      {"gemm.residual.m16n8", {1, 8, 0, 0}},
-      {"gemm.none.m32n4", {2, 4, 2176, 1}},
+      {KernelId::gemv(Epilogue::Bias), {8, 1, 1088, 256 << 10}},
+      {KernelId::gemv(Epilogue::SiluMul), {3, 1, 544, 256 << 10}},
+      {KernelId::gemm(Epilogue::Residual, 16, 8), {1, 8, 0, 0}},
+      {KernelId::gemm(Epilogue::None, 32, 4), {2, 4, 2176, 1}},
   };
   for (Isa isa : runnable_isas()) {
     for (const auto& c : cases) {
       Problem p;
-      p.kernel_name = c.name;
+      p.kernel = c.kernel;
       p.shape = c.shape;
-      p.epilogue = program::parse_kernel_id(c.name).value().epilogue;
-      if (isa == Isa::Avx2) p.shape = kernel_shape(isa, program::parse_kernel_id(c.name).value());  // 16 registers only
+      p.epilogue = c.kernel.epilogue;
+      if (isa == Isa::Avx2) p.shape = kernel_shape(isa, c.kernel);  // 16 registers only
       p.shape.prefetch_bytes = c.shape.prefetch_bytes;
       p.shape.chunk_act_bytes = c.shape.chunk_act_bytes;
       p.m = 150;
       p.k = 4864;
-      p.n = p.kernel_name[3] == 'v' ? 2 : 45;
+      p.n = p.kernel.kind == KernelKind::Gemv ? 2 : 45;
       p.threads = 2;
       p.rows_per_task = 128;
       check(isa, p, 3);
@@ -380,13 +381,13 @@ TEST(MatMulKernels, NonDefaultShapes) {
 
 TEST(MatMulKernels, ResidualMayBeTheOutput) {
   for (Isa isa : runnable_isas()) {
-    for (const char* name : {"gemv.residual", "gemm.bias_residual.m32n4"}) {
+    for (const KernelId& id : {KernelId::gemv(Epilogue::Residual), KernelId::gemm(Epilogue::BiasResidual, 32, 4)}) {
       Problem p;
       p.m = 40;
       p.k = 96;
-      p.n = name[3] == 'v' ? 1 : 9;
-      p.epilogue = name[3] == 'v' ? Epilogue::Residual : Epilogue::BiasResidual;
-      p.kernel_name = name;
+      p.n = id.kind == KernelKind::Gemv ? 1 : 9;
+      p.epilogue = id.epilogue;
+      p.kernel = id;
       p.in_place_residual = true;
       p.threads = 3;
       check(isa, p, 99);
@@ -401,7 +402,7 @@ TEST(MatMulKernels, SiluOfExtremeGates) {
     p.m = 16;
     p.k = 32;
     p.epilogue = Epilogue::SiluMul;
-    p.kernel_name = "gemv.silu_mul";
+    p.kernel = KernelId::gemv(Epilogue::SiluMul);
     Data d = make_data(p, 5);
     for (int64_t r = 0; r < 2 * p.m; ++r) {
       d.weights[r].d = f32_to_f16(r < p.m ? (r % 2 ? 0.9f : -0.9f) * float(1 + r) : 0.01f);
@@ -450,7 +451,7 @@ TEST(MatMulKernels, SiluIsAccurateToAFewUlp) {
     a.k_blocks = 1;
     a.m_rows = rows;
     a.n_tokens = 1;
-    kernel(isa, "gemv.silu_mul", KernelShape{0, 0, 0, 0}).fn()(&a);
+    kernel(isa, program::KernelId::gemv(program::Epilogue::SiluMul), KernelShape{0, 0, 0, 0}).fn()(&a);
     double worst_ulps = 0;
     float worst_gate = 0;
     for (int64_t r = 0; r < rows; ++r) {
