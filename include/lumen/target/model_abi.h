@@ -12,7 +12,7 @@ extern "C" {
 #endif
 
 struct lumen_kernel_entry {
-  const char* name;          /* referenced by MatMulSchedule::{decode,prefill}_kernel */
+  const char* name;          /* to_string(program::KernelId): "gemv.bias", "gemm.bias.m48n4" */
   const void* code;          /* position-independent machine code; entry at offset 0 */
   uint64_t code_size;
   uint32_t kind;             /* 1 = GEMV (N == 1), 2 = GEMM (N > 1) */
