@@ -498,6 +498,10 @@ TEST(Lumenc, ChecksDumpsAndReportsErrors) {
   EXPECT_EQ(run_lumenc("check /nonexistent/x.dsl", &out), 1);
   EXPECT_EQ(out, "lumenc: error: cannot read '/nonexistent/x.dsl'\n");
   EXPECT_EQ(run_lumenc("compile --frobnicate x.dsl", &out), 2);
+  // A pass after infer_shapes run alone on untyped IR: the file's fault (exit 1), not an internal error (70).
+  EXPECT_EQ(run_lumenc("dump-ir --only=plan_memory " + source_path("tests/passes/golden/infer_shapes.in.ir"), &out), 1);
+  EXPECT_EQ(out.rfind("lumenc: error: --only=plan_memory needs a fully typed IR (run infer_shapes first): ", 0), 0u)
+      << out;
   EXPECT_EQ(run_lumenc("dump-program " + source_path("dsl/qwen2.dsl"), &out), 0);
   EXPECT_EQ(out.rfind("lumen-program 2\n", 0), 0u) << out.substr(0, 100);
 }
