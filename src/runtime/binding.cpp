@@ -165,12 +165,6 @@ namespace {
 
 using program::Section;
 
-// The tensor of weight `wi` for `layer` (global weights have one entry).
-const gguf::TensorInfo* tensor_of(const BoundModel& b, int wi, int64_t layer) {
-  const auto& per_layer = b.tensors[static_cast<size_t>(wi)];
-  return per_layer.size() == 1 ? per_layer[0] : per_layer[static_cast<size_t>(layer)];
-}
-
 int64_t layers_of(const BoundModel& b, Section s) { return s == Section::Layer ? b.n_layers : 1; }
 
 // The program-level sizes from the resolved hparams.
@@ -234,7 +228,7 @@ int64_t bind_matmul(const CompiledModel& model, const program::Op& op, int64_t l
   if (op.weights.empty()) throw LoadError("a MatMul op has no weights");
   int64_t rows_total = 0;
   for (int wi : op.weights) {
-    const gguf::TensorInfo* t = tensor_of(b, wi, layer);
+    const gguf::TensorInfo* t = b.tensor(wi, layer);
     std::vector<int64_t> ne = squeeze(t->ne);
     if (t->type != gguf::TensorType::Q8_0 || ne.size() > 2)
       throw LoadError("matmul weight '" + t->name + "' must be a 2-D Q8_0 tensor");
@@ -264,8 +258,8 @@ int64_t bind_matmul(const CompiledModel& model, const program::Op& op, int64_t l
     for (size_t i = 0; i < op.biases.size(); ++i) {
       int bi = op.biases[i];
       if (bi < 0 || bi >= static_cast<int>(p.weights.size())) throw LoadError("a bias index is out of range");
-      const gguf::TensorInfo* bt = tensor_of(b, bi, layer);
-      const gguf::TensorInfo* wt = tensor_of(b, op.weights[i], layer);
+      const gguf::TensorInfo* bt = b.tensor(bi, layer);
+      const gguf::TensorInfo* wt = b.tensor(op.weights[i], layer);
       int64_t rows = squeeze(wt->ne).size() == 2 ? wt->ne[1] : 1;
       if (bt->type != gguf::TensorType::F32 || static_cast<int64_t>(bt->n_elements) != rows)
         throw LoadError("bias for '" + wt->name + "' must be F32 with " + std::to_string(rows) + " elements");
@@ -291,7 +285,7 @@ PackPlan plan_packing(const CompiledModel& model, BoundModel& b) {
           throw LoadError("op " + std::string(program::to_string(op.kind)) + " refers to a weight out of range");
       for (int64_t layer = 0; layer < layers_of(b, s); ++layer) {
         if (op.kind != OpKind::MatMul) {
-          for (int wi : op.weights) plan.kept.insert(tensor_of(b, wi, layer));
+          for (int wi : op.weights) plan.kept.insert(b.tensor(wi, layer));
           continue;
         }
         PackedMatMul mm;
@@ -325,7 +319,7 @@ void pack_weights(const CompiledModel& model, const PackPlan& plan, bool release
     int64_t row0, rows;
   };
   std::vector<Piece> pieces;
-  auto tensor_for = [&](const PackJob& job, int wi) { return tensor_of(b, wi, job.layer); };
+  auto tensor_for = [&](const PackJob& job, int wi) { return b.tensor(wi, job.layer); };
   for (const PackJob& job : plan.jobs) {
     const program::Op& op = p.ops(job.section)[job.op];
     PackedMatMul& mm = b.matmuls[job.section][job.op][static_cast<size_t>(job.layer)];

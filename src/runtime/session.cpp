@@ -110,10 +110,7 @@ struct Session::Impl {
 
   const program::Program& program() const { return model->program; }
 
-  const gguf::TensorInfo* tensor(int weight, int64_t layer) const {
-    const auto& per_layer = bound.tensors[static_cast<size_t>(weight)];
-    return per_layer.size() == 1 ? per_layer[0] : per_layer[static_cast<size_t>(layer)];
-  }
+  const gguf::TensorInfo* tensor(int weight, int64_t layer) const { return bound.tensor(weight, layer); }
   uint8_t* k_cache(int64_t layer) const {
     return kv.data() + static_cast<size_t>(layer * 2 * n_ctx * bound.kv_dim * kv_elem);
   }

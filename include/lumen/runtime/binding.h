@@ -45,6 +45,12 @@ struct BoundModel {
   uint64_t packed_bytes = 0;
   double pack_seconds = 0;
 
+  // The tensor of `weight` for `layer` (any layer for a global weight).
+  const gguf::TensorInfo* tensor(int weight, int64_t layer) const {
+    const auto& per_layer = tensors[static_cast<size_t>(weight)];
+    return per_layer.size() == 1 ? per_layer[0] : per_layer[static_cast<size_t>(layer)];
+  }
+
   std::shared_ptr<uint8_t> packed_storage;  // one mapping, on huge pages where the kernel gives them
   std::vector<std::vector<float>> bias_storage;
 };
