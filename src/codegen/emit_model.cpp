@@ -65,8 +65,9 @@ std::vector<program::KernelId> kernels_of(const program::Program& p) {
   return kernels;
 }
 
-// lumen_kernel_entry::kind (model_abi.h).
-uint32_t kernel_table_kind(program::KernelKind k) { return k == program::KernelKind::Gemv ? 1 : 2; }
+uint32_t kernel_table_kind(program::KernelKind k) {
+  return k == program::KernelKind::Gemv ? LUMEN_KERNEL_GEMV : LUMEN_KERNEL_GEMM;
+}
 
 // Runs argv, returns its exit status; stderr goes to `log_path`.
 int run_tool(const std::vector<std::string>& argv, const std::string& log_path) {

@@ -7,6 +7,10 @@
 
 #define LUMEN_MODEL_ABI_VERSION 1u
 
+/* lumen_kernel_entry::kind */
+#define LUMEN_KERNEL_GEMV 1u /* N == 1 */
+#define LUMEN_KERNEL_GEMM 2u /* N > 1 */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -15,7 +19,7 @@ struct lumen_kernel_entry {
   const char* name;          /* to_string(program::KernelId): "gemv.bias", "gemm.bias.m48n4" */
   const void* code;          /* position-independent machine code; entry at offset 0 */
   uint64_t code_size;
-  uint32_t kind;             /* 1 = GEMV (N == 1), 2 = GEMM (N > 1) */
+  uint32_t kind;             /* LUMEN_KERNEL_GEMV or LUMEN_KERNEL_GEMM */
   uint32_t epilogue;         /* lumen::program::Epilogue */
 };
 
