@@ -1,8 +1,9 @@
-// Byte-level BPE tokenizer with the qwen2 pre-tokenizer, matching llama.cpp
+// Byte-level BPE and SentencePiece (SPM) tokenizers, matching llama.cpp
 // (src/llama-vocab.cpp, src/unicode.cpp) token for token. See docs/tokenizer.md.
 //
-// Pipeline of encode(): special-token partition -> qwen2 split of each raw
-// fragment -> GPT-2 byte mapping -> BPE merges per word -> ids.
+// Pipeline of encode(): special-token partition -> for BPE, the pre-tokenizer
+// split of each raw fragment -> GPT-2 byte mapping -> BPE merges per word;
+// for SPM, the leading space and U+2581 for spaces -> merges by score -> ids.
 // Internally BPE works on "pieces": interned strings numbered like the token
 // ids where the string is a token, so merges are a hash lookup on a pair of
 // integers rather than on strings.
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "lumen/gguf/gguf.h"
+#include "lumen/text/pre_tokenizer.h"
 #include "lumen/text/tokenizer.h"
 
 namespace lumen {
@@ -179,9 +181,10 @@ std::optional<T> get_checked(const std::string& key, auto&& getter) {
 struct detail::VocabularyView {
   std::string model, pre;
   std::vector<std::string_view> tokens, merges;
+  std::vector<float> scores;
   std::vector<TokenType> types;
   std::optional<int64_t> bos, eos, eot, eom, unk, pad;
-  std::optional<bool> add_bos, add_eos;
+  std::optional<bool> add_bos, add_eos, add_space_prefix;
 };
 
 namespace {
@@ -220,14 +223,17 @@ VocabularyView view_of(const gguf::File& file) {
   const auto model = get_string("tokenizer.ggml.model");
   if (!model) fail("missing key tokenizer.ggml.model");
   v.model = *model;
-  const auto pre = get_string("tokenizer.ggml.pre");
-  if (!pre) fail("missing key tokenizer.ggml.pre");
-  v.pre = *pre;
+  // Absent for SPM files and old BPE ones; llama.cpp reads "default" then.
+  v.pre = get_string("tokenizer.ggml.pre").value_or("");
 
   auto tokens = string_array_view(file, "tokenizer.ggml.tokens");
   if (!tokens) fail("missing key tokenizer.ggml.tokens");
   v.tokens = std::move(*tokens);
   if (auto merges = string_array_view(file, "tokenizer.ggml.merges")) v.merges = std::move(*merges);
+  if (auto scores = get_checked<std::vector<float>>(
+          "tokenizer.ggml.scores", [&](const std::string& k) { return file.get_f32_array(k); })) {
+    v.scores = std::move(*scores);
+  }
 
   const auto types = get_checked<std::vector<int32_t>>(
       "tokenizer.ggml.token_type", [&](const std::string& k) { return file.get_i32_array(k); });
@@ -244,6 +250,7 @@ VocabularyView view_of(const gguf::File& file) {
   v.pad = get_id("tokenizer.ggml.padding_token_id");
   v.add_bos = get_bool("tokenizer.ggml.add_bos_token");
   v.add_eos = get_bool("tokenizer.ggml.add_eos_token");
+  v.add_space_prefix = get_bool("tokenizer.ggml.add_space_prefix");
   return v;
 }
 
@@ -256,6 +263,7 @@ To copy_vocabulary(const From& from) {
   to.pre = from.pre;
   to.tokens.assign(from.tokens.begin(), from.tokens.end());
   to.merges.assign(from.merges.begin(), from.merges.end());
+  to.scores = from.scores;
   to.types = from.types;
   to.bos = from.bos;
   to.eos = from.eos;
@@ -265,6 +273,7 @@ To copy_vocabulary(const From& from) {
   to.pad = from.pad;
   to.add_bos = from.add_bos;
   to.add_eos = from.add_eos;
+  to.add_space_prefix = from.add_space_prefix;
   return to;
 }
 
@@ -400,6 +409,14 @@ constexpr std::string_view kEotTexts[] = {
 }  // namespace
 
 struct Tokenizer::Impl {
+  enum class Kind { Bpe, Spm };
+  Kind kind = Kind::Bpe;
+  const PreTokenizerSpec* pre = nullptr;  // BPE only
+  std::optional<RegexSplitter> splitter;  // BPE, unless the hand-written qwen2 split is used
+  bool ignore_merges = false;
+  bool add_space_prefix = false;          // SPM
+  std::vector<float> scores;              // SPM; one per token
+  std::array<int32_t, 256> byte_token{};  // SPM byte fallback: <0xNN> (or the byte itself), -1 if none
   // Piece texts back to back: pieces 0..n_vocab-1 are the tokens' raw texts,
   // later ones are merge parts and results that are not tokens.
   std::string arena;
@@ -412,7 +429,7 @@ struct Tokenizer::Impl {
   std::vector<int32_t> special_tokens;     // CONTROL | USER_DEFINED | UNKNOWN, longest first
   std::vector<int32_t> eog;
   std::vector<bool> is_eog;
-  std::optional<int32_t> bos, eos, eot;
+  std::optional<int32_t> bos, eos, eot, unk;
   bool add_bos = false, add_eos = false;
   bool has_duplicate_tokens = false;
 
@@ -450,6 +467,7 @@ struct Tokenizer::Impl {
 
   void encode_fragment(std::string_view text, std::vector<int32_t>& out) const;
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
+  void encode_spm(std::string_view text, std::vector<int32_t>& out) const;
 };
 
 namespace {
@@ -478,6 +496,43 @@ std::string decode_normal_token(std::string_view text) {
   return out;
 }
 
+// Whether the qwen2 regex runs through the hand-written matcher (see
+// docs/tokenizer.md for the measurement behind this choice).
+constexpr bool kHandWrittenQwen2 = true;
+
+bool uses_hand_written_qwen2(const PreTokenizerSpec& spec) {
+  return kHandWrittenQwen2 && spec.regexes.data() == find_pre_tokenizer("qwen2")->regexes.data();
+}
+
+// SPM pieces spell spaces as U+2581.
+constexpr std::string_view kSpmSpace = "\xe2\x96\x81";
+
+std::string replace_all(std::string_view text, std::string_view from, std::string_view to) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t pos = 0;;) {
+    const size_t hit = text.find(from, pos);
+    out.append(text.substr(pos, hit == std::string_view::npos ? std::string_view::npos : hit - pos));
+    if (hit == std::string_view::npos) return out;
+    out.append(to);
+    pos = hit + from.size();
+  }
+}
+
+// The byte of a <0xNN> token.
+std::string byte_token_text(std::string_view text) {
+  if (text.size() != 6 || text.substr(0, 3) != "<0x" || text[5] != '>') return {};
+  const auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  const int hi = hex(text[3]), lo = hex(text[4]);
+  if (hi < 0 || lo < 0) return {};
+  return std::string(1, static_cast<char>(hi * 16 + lo));
+}
+
 }  // namespace
 
 Tokenizer Tokenizer::from_gguf(const gguf::File& file) { return build(view_of(file)); }
@@ -485,19 +540,31 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& file) { return build(view_of(fi
 Tokenizer Tokenizer::from_vocabulary(const Vocabulary& vocab) { return build(view_of(vocab)); }
 
 Tokenizer Tokenizer::build(const VocabularyView& v) {
-  if (v.model != "gpt2") fail("unsupported tokenizer.ggml.model '" + v.model + "' (only gpt2 byte-level BPE)");
-  if (v.pre != "qwen2" && v.pre != "deepseek-r1-qwen") {
-    fail("unsupported tokenizer.ggml.pre '" + v.pre + "' (only qwen2)");
+  auto impl = std::make_unique<Impl>();
+  Impl& t = *impl;
+  if (v.model == "gpt2") {
+    t.kind = Impl::Kind::Bpe;
+    t.pre = find_pre_tokenizer(v.pre);
+    if (!t.pre) fail("unknown tokenizer.ggml.pre '" + v.pre + "' (known: " + known_pre_tokenizers() + ")");
+    t.ignore_merges = t.pre->ignore_merges;
+    if (!uses_hand_written_qwen2(*t.pre)) t.splitter.emplace(t.pre->regexes);
+  } else if (v.model == "llama") {
+    t.kind = Impl::Kind::Spm;
+  } else {
+    fail("unknown tokenizer.ggml.model '" + v.model + "' (known: gpt2, llama)");
   }
+  const bool spm = t.kind == Impl::Kind::Spm;
   if (v.tokens.empty()) fail("tokenizer.ggml.tokens is empty");
   if (v.tokens.size() > static_cast<size_t>(INT32_MAX / 2)) fail("too many tokens");
   if (!v.types.empty() && v.types.size() != v.tokens.size()) {
     fail("tokenizer.ggml.token_type has " + std::to_string(v.types.size()) + " entries for " +
          std::to_string(v.tokens.size()) + " tokens");
   }
+  if (!v.scores.empty() && v.scores.size() < v.tokens.size()) {
+    fail("tokenizer.ggml.scores has " + std::to_string(v.scores.size()) + " entries for " +
+         std::to_string(v.tokens.size()) + " tokens");
+  }
 
-  auto impl = std::make_unique<Impl>();
-  Impl& t = *impl;
   const size_t n = v.tokens.size();
   t.n_tokens = static_cast<int32_t>(n);
   size_t text_bytes = 0;
@@ -529,21 +596,38 @@ Tokenizer Tokenizer::build(const VocabularyView& v) {
     }
   }
 
-  for (uint32_t b = 0; b < 256; ++b) t.byte_piece[b] = t.intern(byte_to_token_char(static_cast<uint8_t>(b)));
+  if (spm) {
+    t.scores.assign(n, 0.0f);
+    std::copy_n(v.scores.begin(), v.scores.empty() ? 0 : n, t.scores.begin());
+    // llama.cpp's byte_to_token: the <0xNN> token, else the byte's own text.
+    for (uint32_t b = 0; b < 256; ++b) {
+      static constexpr char kHex[] = "0123456789ABCDEF";
+      const char name[6] = {'<', '0', 'x', kHex[b >> 4], kHex[b & 15], '>'};
+      int32_t id = t.find_piece(std::string_view(name, 6));
+      if (id < 0) {
+        const char byte = static_cast<char>(b);
+        id = t.find_piece(std::string_view(&byte, 1));
+      }
+      t.byte_token[b] = id >= 0 && id < t.n_vocab() ? id : -1;
+    }
+  } else {
+    for (uint32_t b = 0; b < 256; ++b) t.byte_piece[b] = t.intern(byte_to_token_char(static_cast<uint8_t>(b)));
+  }
 
   // Merges: rank = index; split at the first space after position 0; the
   // first occurrence of a pair keeps its rank. Lines without a split can never match.
   // Trained vocabularies usually list the result of merge r as token 256 + r;
   // that guess is checked and saves a lookup (only valid without duplicate texts).
-  t.merges.reserve(v.merges.size());
+  t.merges.reserve(spm ? 0 : v.merges.size());
   struct Split {
     std::string_view left, right;
     uint64_t left_hash, right_hash;
   };
   std::array<Split, kBlock> splits;
   std::string joined;
-  for (size_t begin = 0; begin < v.merges.size(); begin += kBlock) {
-    const size_t end = std::min(v.merges.size(), begin + kBlock);
+  const size_t n_merges = spm ? 0 : v.merges.size();
+  for (size_t begin = 0; begin < n_merges; begin += kBlock) {
+    const size_t end = std::min(n_merges, begin + kBlock);
     for (size_t rank = begin; rank < end; ++rank) {
       Split& split = splits[rank - begin];
       const std::string_view line = v.merges[rank];
@@ -583,17 +667,24 @@ Tokenizer Tokenizer::build(const VocabularyView& v) {
     if (id && *id >= 0 && *id < static_cast<int64_t>(n)) return static_cast<int32_t>(*id);
     return std::nullopt;
   };
-  // gpt2 defaults (bos = eos = 11) unless the file names valid ids.
-  const auto default_id = [&](const std::optional<int64_t>& id) -> std::optional<int32_t> {
+  // llama.cpp's defaults unless the file names valid ids: gpt2 bos = eos = 11
+  // (glm4: no bos); llama bos = 1, eos = 2, unk = 0. Defaults outside the
+  // vocabulary are dropped.
+  const auto default_id = [&](const std::optional<int64_t>& id, std::optional<int32_t> fallback) {
     if (auto valid = valid_id(id)) return valid;
-    return n > 11 ? std::optional<int32_t>(11) : std::nullopt;
+    return fallback ? valid_id(*fallback) : std::nullopt;
   };
-  t.bos = default_id(v.bos);
-  t.eos = default_id(v.eos);
+  const bool bos_null = !spm && t.pre->bos_null;
+  t.bos = default_id(v.bos, spm ? 1 : bos_null ? std::optional<int32_t>() : 11);
+  t.eos = default_id(v.eos, spm ? 2 : 11);
+  t.unk = default_id(v.unk, spm ? std::optional<int32_t>(0) : std::nullopt);
   t.eot = valid_id(v.eot);
   const std::optional<int32_t> eom = valid_id(v.eom);
-  t.add_bos = v.add_bos.value_or(false);  // the qwen2 pre-tokenizer does not add BOS
+  // add_bos_token when present, else the default of the vocabulary type
+  // (SPM: yes) or of the pre-tokenizer (llama-bpe: yes; qwen2, gpt-2: no).
+  t.add_bos = v.add_bos.value_or(spm || t.pre->add_bos);
   t.add_eos = v.add_eos.value_or(false);
+  t.add_space_prefix = spm && v.add_space_prefix.value_or(true);
 
   // End of generation, by text, plus eos/eot/eom. Such tokens are forced to
   // CONTROL as llama.cpp does.
@@ -663,6 +754,15 @@ void Tokenizer::Impl::encode_word(std::string_view word, std::vector<int32_t>& o
     return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
   };
 
+  if (ignore_merges) {
+    // llama.cpp takes a word that is a whole token as it is.
+    std::string mapped;
+    for (char c : word) mapped += byte_to_token_char(static_cast<uint8_t>(c));
+    if (const int32_t id = find_piece(mapped); id >= 0 && id < n_vocab()) {
+      out.push_back(id);
+      return;
+    }
+  }
   std::vector<Symbol> symbols(word.size());
   for (size_t i = 0; i < word.size(); ++i) {
     symbols[i] = Symbol{byte_piece[static_cast<uint8_t>(word[i])], static_cast<int32_t>(i) - 1,
@@ -712,7 +812,97 @@ void Tokenizer::Impl::encode_word(std::string_view word, std::vector<int32_t>& o
 }
 
 void Tokenizer::Impl::encode_fragment(std::string_view text, std::vector<int32_t>& out) const {
-  for (const std::string& word : qwen2_pre_tokenize(text)) encode_word(word, out);
+  if (!splitter) {
+    for (const std::string& word : qwen2_pre_tokenize(text)) encode_word(word, out);
+    return;
+  }
+  // llama.cpp reads invalid UTF-8 as U+FFFD before splitting.
+  std::string clean;
+  clean.reserve(text.size());
+  bool has_surrogates = false;
+  for (uint32_t cpt : unicode::decode_utf8(text)) {
+    has_surrogates |= cpt >= 0xD800 && cpt <= 0xDFFF;
+    unicode::append_utf8(clean, cpt);
+  }
+  // Surrogates (which llama.cpp keeps) are not UTF-8 to PCRE2: the regexes
+  // see U+FFFD in their place, which has the same length.
+  std::string regex_text;
+  if (has_surrogates) {
+    regex_text = clean;
+    for (size_t i = 0; i + 2 < regex_text.size(); ++i) {
+      if (static_cast<uint8_t>(regex_text[i]) == 0xED && static_cast<uint8_t>(regex_text[i + 1]) >= 0xA0) {
+        regex_text.replace(i, 3, "\xEF\xBF\xBD");
+        i += 2;
+      }
+    }
+  }
+  for (const auto& [offset, length] : splitter->split(has_surrogates ? regex_text : clean)) {
+    encode_word(std::string_view(clean).substr(offset, length), out);
+  }
+}
+
+// SentencePiece BPE over one fragment (spaces already U+2581): start from
+// UTF-8 characters, repeatedly merge the adjacent pair whose concatenation is
+// the token with the highest score (leftmost on ties), then spell pieces that
+// are not tokens with byte tokens. As llama.cpp's llm_tokenizer_spm_session.
+void Tokenizer::Impl::encode_spm(std::string_view text, std::vector<int32_t>& out) const {
+  struct Symbol {
+    int32_t prev, next;
+    uint32_t offset, length;  // length 0 once merged away
+  };
+  struct Candidate {
+    float score;
+    int32_t left, right;
+    uint32_t length;
+  };
+  const auto lower = [](const Candidate& a, const Candidate& b) {
+    return a.score < b.score || (a.score == b.score && a.left > b.left);
+  };
+  std::vector<Symbol> symbols;
+  symbols.reserve(text.size());
+  for (size_t offset = 0; offset < text.size();) {
+    // llama.cpp's unicode_len_utf8: by the lead byte's top bits, at most what is left.
+    static constexpr uint8_t kLength[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+    const size_t length = std::min<size_t>(kLength[static_cast<uint8_t>(text[offset]) >> 4], text.size() - offset);
+    const auto index = static_cast<int32_t>(symbols.size());
+    offset += length;
+    symbols.push_back(Symbol{index - 1, offset == text.size() ? -1 : index + 1,
+                             static_cast<uint32_t>(offset - length), static_cast<uint32_t>(length)});
+  }
+  std::priority_queue<Candidate, std::vector<Candidate>, decltype(lower)> queue(lower);
+  const auto consider = [&](int32_t left, int32_t right) {
+    if (left < 0 || right < 0) return;
+    const uint32_t length = symbols[left].length + symbols[right].length;
+    const int32_t id = find_piece(text.substr(symbols[left].offset, length));
+    if (id < 0 || id >= n_vocab()) return;
+    queue.push(Candidate{scores[id], left, right, length});
+  };
+  for (int32_t i = 1; i < static_cast<int32_t>(symbols.size()); ++i) consider(i - 1, i);
+  while (!queue.empty()) {
+    const Candidate c = queue.top();
+    queue.pop();
+    Symbol& left = symbols[c.left];
+    Symbol& right = symbols[c.right];
+    if (left.length == 0 || right.length == 0 || left.length + right.length != c.length) continue;
+    left.length += right.length;
+    right.length = 0;
+    left.next = right.next;
+    if (right.next >= 0) symbols[right.next].prev = c.left;
+    consider(left.prev, c.left);
+    consider(c.left, left.next);
+  }
+  for (int32_t i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[i].next) {
+    const std::string_view piece = text.substr(symbols[i].offset, symbols[i].length);
+    if (const int32_t id = find_piece(piece); id >= 0 && id < n_vocab()) {
+      out.push_back(id);
+      continue;
+    }
+    // Only single characters can be left without a token: byte fallback.
+    for (char byte : piece) {
+      if (const int32_t id = byte_token[static_cast<uint8_t>(byte)]; id >= 0) out.push_back(id);
+      else if (unk) out.push_back(*unk);
+    }
+  }
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special) const {
@@ -754,9 +944,22 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
 
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 4);
+  // SPM: a raw fragment at the start or after a special token gets the leading space.
+  bool after_special = true;
   for (const Fragment& f : fragments) {
-    if (f.token >= 0) ids.push_back(f.token);
-    else if (f.length > 0) t.encode_fragment(text.substr(f.offset, f.length), ids);
+    if (f.token >= 0) {
+      ids.push_back(f.token);
+      after_special = true;
+    } else if (f.length > 0) {
+      if (t.kind == Impl::Kind::Spm) {
+        std::string spm_text = t.add_space_prefix && after_special ? " " : "";
+        spm_text.append(text.substr(f.offset, f.length));
+        t.encode_spm(replace_all(spm_text, " ", kSpmSpace), ids);
+      } else {
+        t.encode_fragment(text.substr(f.offset, f.length), ids);
+      }
+      after_special = false;
+    }
   }
   return ids;
 }
@@ -766,11 +969,14 @@ std::string Tokenizer::token_text(int32_t id, bool special) const {
   if (id < 0 || id >= t.n_vocab()) throw std::out_of_range("token id " + std::to_string(id) + " out of range");
   const TokenType type = t.types[id];
   switch (type) {
-    case TokenType::Normal: return decode_normal_token(t.piece_text(id));
+    case TokenType::Normal:
+      return t.kind == Impl::Kind::Spm ? replace_all(t.piece_text(id), kSpmSpace, " ")
+                                       : decode_normal_token(t.piece_text(id));
+    case TokenType::Byte: return byte_token_text(t.piece_text(id));
     case TokenType::UserDefined: return std::string(t.piece_text(id));
     case TokenType::Control:
     case TokenType::Unknown: return special ? std::string(t.piece_text(id)) : std::string();
-    default: return {};  // UNUSED, UNDEFINED, BYTE
+    default: return {};  // UNUSED, UNDEFINED
   }
 }
 
@@ -806,6 +1012,7 @@ std::optional<int32_t> Tokenizer::eos() const { return impl_->eos; }
 std::optional<int32_t> Tokenizer::eot() const { return impl_->eot; }
 bool Tokenizer::add_bos() const { return impl_->add_bos; }
 bool Tokenizer::add_eos() const { return impl_->add_eos; }
+std::optional<int32_t> Tokenizer::bos_to_add() const { return impl_->add_bos ? impl_->bos : std::nullopt; }
 
 // ---------------------------------------------------------------------------
 // Utf8Streamer

@@ -304,11 +304,6 @@ TEST(Bpe, SpecialTokenPartition) {
 
 TEST(Bpe, RejectsBadMetadata) {
   Vocabulary v = tiny_vocabulary();
-  v.model = "llama";
-  EXPECT_THROW(Tokenizer::from_vocabulary(v), std::runtime_error);
-  v = tiny_vocabulary();
-  v.pre = "llama3";
-  EXPECT_THROW(Tokenizer::from_vocabulary(v), std::runtime_error);
   v = tiny_vocabulary();
   v.types.pop_back();
   try {
@@ -321,6 +316,30 @@ TEST(Bpe, RejectsBadMetadata) {
   v.tokens.clear();
   v.types.clear();
   EXPECT_THROW(Tokenizer::from_vocabulary(v), std::runtime_error);
+}
+
+TEST(Bpe, UnknownModelOrPreTokenizerIsAnErrorNamingIt) {
+  Vocabulary v = tiny_vocabulary();
+  v.model = "bert";
+  try {
+    Tokenizer::from_vocabulary(v);
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("'bert'"), std::string::npos) << message;
+    EXPECT_NE(message.find("gpt2, llama"), std::string::npos) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+  v = tiny_vocabulary();
+  v.pre = "no-such-pre";
+  try {
+    Tokenizer::from_vocabulary(v);
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("'no-such-pre'"), std::string::npos) << message;
+    EXPECT_NE(message.find("llama-bpe"), std::string::npos) << message;
+  }
 }
 
 TEST(Bpe, RejectsWrongTypedGgufKeys) {

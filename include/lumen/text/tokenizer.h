@@ -1,8 +1,9 @@
-// Text <-> token ids for byte-level BPE vocabularies (GGUF tokenizer.ggml.model
-// = "gpt2") with the Qwen2 pre-tokenizer, reproducing llama.cpp's ids exactly:
-// special-token partition, the qwen2 split regex (hand-written over Unicode
-// categories, with llama.cpp's std::regex semantics), GPT-2 byte mapping, BPE
-// merges by (rank, leftmost), and detokenization per token type.
+// Text <-> token ids as llama.cpp computes them, for byte-level BPE
+// vocabularies (tokenizer.ggml.model = "gpt2", with the pre-tokenizer that
+// tokenizer.ggml.pre names; see pre_tokenizer.h) and SentencePiece-style ones
+// ("llama": merges by token score, byte fallback, the leading-space rule):
+// special-token partition, pre-tokenization, GPT-2 byte mapping, BPE merges by
+// (rank, leftmost), and detokenization per token type. See docs/tokenizer.md.
 #pragma once
 
 #include <cstddef>
@@ -61,9 +62,11 @@ struct Vocabulary {
   std::string pre = "qwen2";              // tokenizer.ggml.pre
   std::vector<std::string> tokens;        // byte-level encoded text ("Ġworld")
   std::vector<TokenType> types;           // empty means all Normal
-  std::vector<std::string> merges;        // "left right", rank = index
+  std::vector<std::string> merges;        // "left right", rank = index (gpt2)
+  std::vector<float> scores;              // tokenizer.ggml.scores (llama); empty means all 0
   std::optional<int64_t> bos, eos, eot, eom, unk, pad;  // *_token_id keys, unchecked
   std::optional<bool> add_bos, add_eos;
+  std::optional<bool> add_space_prefix;   // tokenizer.ggml.add_space_prefix
 
   // Reads the tokenizer.* keys; throws std::runtime_error (one line) when a key
   // is missing or has the wrong type, or token_type does not match tokens.
@@ -81,8 +84,9 @@ const std::string& byte_to_token_char(uint8_t b);
 class Tokenizer {
  public:
   // Throws std::runtime_error with a one-line message on bad or missing
-  // tokenizer metadata (wrong types, token_type count != tokens, model other
-  // than gpt2, pre-tokenizer other than qwen2).
+  // tokenizer metadata (wrong types, token_type count != tokens, a model other
+  // than gpt2 or llama, an unknown pre-tokenizer: the message names it and
+  // lists the known ones).
   static Tokenizer from_gguf(const gguf::File& file);
   static Tokenizer from_vocabulary(const Vocabulary& vocab);
 
@@ -117,6 +121,11 @@ class Tokenizer {
   std::optional<int32_t> eot() const;
   bool add_bos() const;
   bool add_eos() const;
+  // The BOS id to put before a prompt, exactly when llama.cpp adds one
+  // (llama_tokenize with add_special): tokenizer.ggml.add_bos_token if present,
+  // else the default of the vocabulary type and pre-tokenizer (SPM and Llama 3
+  // yes, Qwen2 and GPT-2 no).
+  std::optional<int32_t> bos_to_add() const;
 
  private:
   struct Impl;
