@@ -1,5 +1,6 @@
 // lumen-gguf: inspect GGUF files and synthesize random Qwen2 models.
 //   lumen-gguf info FILE [--all]
+//   lumen-gguf tokenize FILE TEXT [--bos] [--parse-special]
 //   lumen-gguf synth -o FILE [--preset tiny|qwen2.5-0.5b] [--n-embd N] ... [--seed N] [--tied] [--vocab-from FILE]
 // Every failure is one line `lumen-gguf: error: ...` on stderr and exit code 1
 // (`lumen-gguf: internal error: ...` and exit code 70 for a bug in Lumen).
@@ -18,6 +19,7 @@
 #include "lumen/common/internal_error.h"
 #include "lumen/gguf/gguf.h"
 #include "lumen/gguf/info.h"
+#include "lumen/text/tokenizer.h"
 #include "synth/gguf_synth.h"
 
 namespace {
@@ -83,10 +85,32 @@ int run_synth(const SynthFlags& flags) {
   return 0;
 }
 
+// The ids of text, space-separated on one line. Defaults as llama.cpp's
+// tokenizer test vectors: no BOS, special-token texts tokenized as text.
+struct TokenizeFlags {
+  std::string path, text;
+  bool bos = false, parse_special = false;
+};
+
+int run_tokenize(const TokenizeFlags& flags) {
+  const lumen::gguf::File file = lumen::gguf::File::open(flags.path);
+  const lumen::Tokenizer tok = lumen::Tokenizer::from_gguf(file);
+  std::vector<int32_t> ids;
+  if (flags.bos) {
+    if (const auto bos = tok.bos_to_add()) ids.push_back(*bos);
+  }
+  const std::vector<int32_t> body = tok.encode(flags.text, flags.parse_special);
+  ids.insert(ids.end(), body.begin(), body.end());
+  std::string line;
+  for (size_t i = 0; i < ids.size(); ++i) line.append(i ? " " : "").append(std::to_string(ids[i]));
+  std::printf("%s\n", line.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Inspect GGUF files and synthesize random Qwen2 models"};
+  CLI::App app{"Inspect GGUF files, tokenize text with their vocabulary and synthesize random Qwen2 models"};
   app.require_subcommand(1);
 
   std::string info_path;
@@ -94,6 +118,13 @@ int main(int argc, char** argv) {
   CLI::App* info = app.add_subcommand("info", "Print the metadata and tensor table of a GGUF file");
   info->add_option("FILE", info_path, "GGUF file")->required();
   info->add_flag("--all", info_all, "Print every array item and full strings");
+
+  TokenizeFlags tokenize_flags;
+  CLI::App* tokenize = app.add_subcommand("tokenize", "Print the token ids of TEXT (no BOS, special tokens as text)");
+  tokenize->add_option("FILE", tokenize_flags.path, "GGUF file (vocab-only is enough)")->required();
+  tokenize->add_option("TEXT", tokenize_flags.text, "Text to tokenize")->required();
+  tokenize->add_flag("--bos", tokenize_flags.bos, "Put BOS first when the vocabulary asks for it, as llama.cpp does");
+  tokenize->add_flag("--parse-special", tokenize_flags.parse_special, "Turn special-token texts into their ids");
 
   SynthFlags synth_flags;
   CLI::App* synth = app.add_subcommand("synth", "Write a random Qwen2 model (Q8_0 weights, F32 norms and biases)");
@@ -128,6 +159,7 @@ int main(int argc, char** argv) {
       std::fputs(lumen::gguf::describe(file, info_all).c_str(), stdout);
       return 0;
     }
+    if (*tokenize) return run_tokenize(tokenize_flags);
     return run_synth(synth_flags);
   });
 }

@@ -134,7 +134,7 @@ class Runner {
 
 std::vector<int32_t> encode(const lumen::Tokenizer& tok, const std::string& text) {
   std::vector<int32_t> ids;
-  if (tok.add_bos() && tok.bos()) ids.push_back(*tok.bos());
+  if (const auto bos = tok.bos_to_add()) ids.push_back(*bos);
   std::vector<int32_t> body = tok.encode(text, /*parse_special=*/true);
   ids.insert(ids.end(), body.begin(), body.end());
   return ids;

@@ -86,6 +86,35 @@ TEST_F(LumenGgufCli, BadInputsAreOneLineErrors) {
   EXPECT_FALSE(std::filesystem::exists(out + ".partial"));
 }
 
+TEST_F(LumenGgufCli, TokenizePrintsTheIdsOfAVocabOnlyFile) {
+  const std::string spm = std::string(LUMEN_SHARED_DIR) + "/reference/tokenizers/ggml-vocab-llama-spm.gguf";
+  ToolRun r = run("tokenize " + spm + " 'Hello world'");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "15043 3186\n");  // llama.cpp's ids: no BOS by default
+  r = run("tokenize --bos " + spm + " 'Hello world'");
+  EXPECT_EQ(r.out, "1 15043 3186\n");
+  r = run("tokenize " + kReference + " '<|im_start|>hi'");
+  EXPECT_EQ(r.out, "27 91 318 4906 91 29 6023\n");  // special tokens are text by default
+  r = run("tokenize --parse-special " + kReference + " '<|im_start|>hi'");
+  EXPECT_EQ(r.out, "151644 6023\n");
+}
+
+TEST_F(LumenGgufCli, TokenizeWithAnUnknownPreTokenizerIsAOneLineError) {
+  lumen::gguf::Writer w;
+  w.set_string("tokenizer.ggml.model", "gpt2");
+  w.set_string("tokenizer.ggml.pre", "martian");
+  w.set_string_array("tokenizer.ggml.tokens", {"a", "b"});
+  w.set_string_array("tokenizer.ggml.merges", {"a b"});
+  const auto path = temp_path("martian.gguf");
+  w.write(path.string());
+  expect_one_line_error(run("tokenize " + path.string() + " hi"), "unknown tokenizer.ggml.pre 'martian' (known: default, ");
+  w.set_string("tokenizer.ggml.model", "wordpiece");
+  w.write(path.string());
+  expect_one_line_error(run("tokenize " + path.string() + " hi"), "unknown tokenizer.ggml.model 'wordpiece' (known: gpt2, llama)");
+  std::filesystem::remove(path);
+  expect_one_line_error(run("tokenize " + kReference), "TEXT is required");
+}
+
 TEST_F(LumenGgufCli, SynthWithoutAnyVocabularySaysHowToGetOne) {
   // A copy of the tool outside the source tree finds no pinned tokenizer.json.
   const auto dir = temp_path("novocab");
