@@ -24,7 +24,6 @@ namespace lumen {
 
 namespace {
 
-using unicode::Category;
 
 // ---------------------------------------------------------------------------
 // GPT-2 byte <-> unicode mapping (printable bytes map to themselves; the other
@@ -50,109 +49,44 @@ const ByteMapping& byte_mapping() {
   return mapping;
 }
 
-// ---------------------------------------------------------------------------
-// qwen2 pre-tokenizer. llama.cpp runs std::regex (ECMAScript) with
-//   (?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|
-//   ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-// on a "collapsed" string where each codepoint >= 128 is one byte standing for
-// its class (White_Space first, then L, N, P, anything else). So \s there is
-// ASCII " \t\n\v\f\r" or a non-ASCII White_Space codepoint, and \p{L}/\p{N}
-// are ASCII letters/digits or non-ASCII, non-space L/N codepoints. The
-// matcher below tries the alternatives in order with the same backtracking
-// outcome; every codepoint matches some alternative, so words are contiguous.
-
-enum CharFlags : uint8_t {
-  kLetter = 1,
-  kNumber = 2,
-  kSpace = 4,     // \s
-  kNewline = 8,   // \r or \n
-};
-
-uint8_t char_flags(uint32_t cpt) {
-  if (cpt < 128) {
-    const char c = static_cast<char>(cpt);
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return kLetter;
-    if (c >= '0' && c <= '9') return kNumber;
-    if (c == '\r' || c == '\n') return kSpace | kNewline;
-    if (c == ' ' || c == '\t' || c == '\v' || c == '\f') return kSpace;
-    return 0;
+// Runs a pre-tokenizer over text and calls word(piece) for each word, in
+// order. Like llama.cpp, invalid UTF-8 reads as U+FFFD first (and words are
+// cut from that cleaned text).
+template <typename Word>
+void for_each_word(const RegexSplitter& splitter, std::string_view text, Word&& word) {
+  std::string clean;
+  clean.reserve(text.size());
+  bool has_surrogates = false;
+  for (uint32_t cpt : unicode::decode_utf8(text)) {
+    has_surrogates |= cpt >= 0xD800 && cpt <= 0xDFFF;
+    unicode::append_utf8(clean, cpt);
   }
-  if (unicode::is_white_space(cpt)) return kSpace;
-  switch (unicode::category(cpt)) {
-    case Category::Letter: return kLetter;
-    case Category::Number: return kNumber;
-    default: return 0;
-  }
-}
-
-uint32_t ascii_lower(uint32_t c) { return (c >= 'A' && c <= 'Z') ? c + ('a' - 'A') : c; }
-
-// Length in codepoints of the match starting at i (always >= 1).
-size_t match_qwen2(const std::vector<uint32_t>& cpts, const std::vector<uint8_t>& flags, size_t i) {
-  const size_t n = cpts.size();
-  const uint8_t f = flags[i];
-  // 1: contractions, ASCII only: 's 't 're 've 'm 'll 'd (any case).
-  if (cpts[i] == '\'' && i + 1 < n) {
-    const uint32_t c1 = ascii_lower(cpts[i + 1]);
-    if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return 2;
-    if (i + 2 < n) {
-      const uint32_t c2 = ascii_lower(cpts[i + 2]);
-      if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) return 3;
+  // Surrogates (which llama.cpp keeps) are not UTF-8 to PCRE2: the regexes
+  // see U+FFFD in their place, which has the same length.
+  std::string regex_text;
+  if (has_surrogates) {
+    regex_text = clean;
+    for (size_t i = 0; i + 2 < regex_text.size(); ++i) {
+      if (static_cast<uint8_t>(regex_text[i]) == 0xED && static_cast<uint8_t>(regex_text[i + 1]) >= 0xA0) {
+        regex_text.replace(i, 3, "\xEF\xBF\xBD");
+        i += 2;
+      }
     }
   }
-  // 2: [^\r\n\p{L}\p{N}]?\p{L}+
-  {
-    size_t j = i;
-    if (!(f & (kLetter | kNumber | kNewline))) ++j;
-    if (j < n && (flags[j] & kLetter)) {
-      while (j < n && (flags[j] & kLetter)) ++j;
-      return j - i;
-    }
+  for (const auto& [offset, length] : splitter.split(has_surrogates ? regex_text : clean)) {
+    word(std::string_view(clean).substr(offset, length));
   }
-  // 3: \p{N} (one digit)
-  if (f & kNumber) return 1;
-  // 4: ' ?[^\s\p{L}\p{N}]+[\r\n]*'
-  {
-    constexpr uint8_t kNotOther = kSpace | kLetter | kNumber;
-    size_t j = cpts[i] == ' ' ? i + 1 : i;
-    if (j < n && !(flags[j] & kNotOther)) {
-      while (j < n && !(flags[j] & kNotOther)) ++j;
-      while (j < n && (flags[j] & kNewline)) ++j;
-      return j - i;
-    }
-  }
-  if (f & kSpace) {
-    size_t end = i;
-    while (end < n && (flags[end] & kSpace)) ++end;
-    // 5: \s*[\r\n]+ -- ends after the last newline of the whitespace run.
-    for (size_t k = end; k > i; --k) {
-      if (flags[k - 1] & kNewline) return k - i;
-    }
-    // 6: \s+(?!\S) -- the whole run at the end of the text, else all but its last char.
-    if (end == n) return end - i;
-    if (end - i >= 2) return end - 1 - i;
-    // 7: \s+
-    return end - i;
-  }
-  return 1;  // not reachable: some alternative matches every codepoint
 }
 
 }  // namespace
 
 const std::string& byte_to_token_char(uint8_t b) { return byte_mapping().byte_to_text[b]; }
 
-std::vector<std::string> qwen2_pre_tokenize(std::string_view text) {
-  const std::vector<uint32_t> cpts = unicode::decode_utf8(text);
-  std::vector<uint8_t> flags(cpts.size());
-  for (size_t i = 0; i < cpts.size(); ++i) flags[i] = char_flags(cpts[i]);
+std::vector<std::string> pre_tokenize(std::string_view pre, std::string_view text) {
+  const PreTokenizerSpec* spec = find_pre_tokenizer(pre);
+  if (!spec) throw std::runtime_error("tokenizer: unknown pre-tokenizer '" + std::string(pre) + "'");
   std::vector<std::string> words;
-  for (size_t i = 0; i < cpts.size();) {
-    const size_t length = match_qwen2(cpts, flags, i);
-    std::string word;
-    for (size_t k = i; k < i + length; ++k) unicode::append_utf8(word, cpts[k]);
-    words.push_back(std::move(word));
-    i += length;
-  }
+  for_each_word(RegexSplitter(spec->regexes), text, [&](std::string_view w) { words.emplace_back(w); });
   return words;
 }
 
@@ -412,7 +346,7 @@ struct Tokenizer::Impl {
   enum class Kind { Bpe, Spm };
   Kind kind = Kind::Bpe;
   const PreTokenizerSpec* pre = nullptr;  // BPE only
-  std::optional<RegexSplitter> splitter;  // BPE, unless the hand-written qwen2 split is used
+  std::optional<RegexSplitter> splitter;  // BPE
   bool ignore_merges = false;
   bool add_space_prefix = false;          // SPM
   std::vector<float> scores;              // SPM; one per token
@@ -496,14 +430,6 @@ std::string decode_normal_token(std::string_view text) {
   return out;
 }
 
-// Whether the qwen2 regex runs through the hand-written matcher (see
-// docs/tokenizer.md for the measurement behind this choice).
-constexpr bool kHandWrittenQwen2 = true;
-
-bool uses_hand_written_qwen2(const PreTokenizerSpec& spec) {
-  return kHandWrittenQwen2 && spec.regexes.data() == find_pre_tokenizer("qwen2")->regexes.data();
-}
-
 // SPM pieces spell spaces as U+2581.
 constexpr std::string_view kSpmSpace = "\xe2\x96\x81";
 
@@ -547,7 +473,7 @@ Tokenizer Tokenizer::build(const VocabularyView& v) {
     t.pre = find_pre_tokenizer(v.pre);
     if (!t.pre) fail("unknown tokenizer.ggml.pre '" + v.pre + "' (known: " + known_pre_tokenizers() + ")");
     t.ignore_merges = t.pre->ignore_merges;
-    if (!uses_hand_written_qwen2(*t.pre)) t.splitter.emplace(t.pre->regexes);
+    t.splitter.emplace(t.pre->regexes);
   } else if (v.model == "llama") {
     t.kind = Impl::Kind::Spm;
   } else {
@@ -812,33 +738,7 @@ void Tokenizer::Impl::encode_word(std::string_view word, std::vector<int32_t>& o
 }
 
 void Tokenizer::Impl::encode_fragment(std::string_view text, std::vector<int32_t>& out) const {
-  if (!splitter) {
-    for (const std::string& word : qwen2_pre_tokenize(text)) encode_word(word, out);
-    return;
-  }
-  // llama.cpp reads invalid UTF-8 as U+FFFD before splitting.
-  std::string clean;
-  clean.reserve(text.size());
-  bool has_surrogates = false;
-  for (uint32_t cpt : unicode::decode_utf8(text)) {
-    has_surrogates |= cpt >= 0xD800 && cpt <= 0xDFFF;
-    unicode::append_utf8(clean, cpt);
-  }
-  // Surrogates (which llama.cpp keeps) are not UTF-8 to PCRE2: the regexes
-  // see U+FFFD in their place, which has the same length.
-  std::string regex_text;
-  if (has_surrogates) {
-    regex_text = clean;
-    for (size_t i = 0; i + 2 < regex_text.size(); ++i) {
-      if (static_cast<uint8_t>(regex_text[i]) == 0xED && static_cast<uint8_t>(regex_text[i + 1]) >= 0xA0) {
-        regex_text.replace(i, 3, "\xEF\xBF\xBD");
-        i += 2;
-      }
-    }
-  }
-  for (const auto& [offset, length] : splitter->split(has_surrogates ? regex_text : clean)) {
-    encode_word(std::string_view(clean).substr(offset, length), out);
-  }
+  for_each_word(*splitter, text, [&](std::string_view word) { encode_word(word, out); });
 }
 
 // SentencePiece BPE over one fragment (spaces already U+2581): start from

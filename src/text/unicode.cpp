@@ -1,5 +1,4 @@
-// Unicode helpers for the tokenizer: category and White_Space lookups over the
-// generated range tables, and UTF-8 decoding/encoding with llama.cpp's rules.
+// UTF-8 decoding and encoding with llama.cpp's rules.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -11,36 +10,10 @@
 
 namespace lumen::unicode {
 
-namespace tables {
-// Defined in the generated unicode_tables.cpp.
-extern const size_t kCategoryRangeCount;
-extern const uint32_t kCategoryRanges[];
-extern const size_t kWhiteSpaceRangeCount;
-extern const uint32_t kWhiteSpaceRanges[][2];
-}  // namespace tables
-
 namespace {
 constexpr uint32_t kMaxCodepoint = 0x10FFFF;
 constexpr uint32_t kReplacement = 0xFFFD;
 }  // namespace
-
-Category category(uint32_t cpt) {
-  if (cpt > kMaxCodepoint) return Category::Unassigned;
-  const uint32_t* begin = tables::kCategoryRanges;
-  const uint32_t* end = begin + tables::kCategoryRangeCount;
-  // The last range whose first codepoint is <= cpt; the table starts at 0.
-  const uint32_t key = (cpt << 8) | 0xFF;
-  const uint32_t* it = std::upper_bound(begin, end, key) - 1;
-  return static_cast<Category>(*it & 0xFF);
-}
-
-bool is_white_space(uint32_t cpt) {
-  for (size_t i = 0; i < tables::kWhiteSpaceRangeCount; ++i) {
-    if (cpt < tables::kWhiteSpaceRanges[i][0]) return false;
-    if (cpt <= tables::kWhiteSpaceRanges[i][1]) return true;
-  }
-  return false;
-}
 
 size_t utf8_sequence_length(uint8_t lead) {
   if (lead < 0xC0) return 1;  // ASCII, or a continuation byte

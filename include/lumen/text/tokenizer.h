@@ -24,19 +24,8 @@ namespace detail {
 struct VocabularyView;
 }
 
-// Unicode facts the pre-tokenizer needs; tables are generated from the UCD
-// by tools/gen_unicode_tables.py into src/text/unicode_tables.cpp.
+// UTF-8 as llama.cpp reads it.
 namespace unicode {
-
-// General category class; numbering matches the generated tables.
-enum class Category : uint8_t {
-  Unassigned = 0, Letter = 1, Number = 2, Punctuation = 3, Symbol = 4, Mark = 5,
-  Separator = 6, Control = 7,
-};
-// Codepoints >= 0x110000 are Unassigned.
-Category category(uint32_t cpt);
-// The White_Space property (PropList.txt).
-bool is_white_space(uint32_t cpt);
 
 // Decodes like llama.cpp's unicode_cpts_from_utf8: lenient about overlong forms
 // and surrogates, and every byte that does not start a complete sequence
@@ -73,9 +62,10 @@ struct Vocabulary {
   static Vocabulary from_gguf(const gguf::File& file);
 };
 
-// The qwen2 pre-tokenizer: splits text (UTF-8, invalid bytes read as U+FFFD)
-// into words exactly as llama.cpp does for tokenizer.ggml.pre = "qwen2".
-std::vector<std::string> qwen2_pre_tokenize(std::string_view text);
+// The words the pre-tokenizer named `pre` (a tokenizer.ggml.pre value) cuts
+// text into, after invalid UTF-8 bytes become U+FFFD as in llama.cpp. Throws
+// std::runtime_error for an unknown name.
+std::vector<std::string> pre_tokenize(std::string_view pre, std::string_view text);
 
 // GPT-2 byte-to-unicode mapping: the UTF-8 text of the codepoint that byte b
 // is written as in vocabulary entries (0x20 -> "Ġ").
