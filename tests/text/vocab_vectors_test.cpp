@@ -176,5 +176,23 @@ TEST(PreTokenizer, SplitKeepsMatchesAndTheTextBetween) {
   EXPECT_EQ(words, (std::vector<std::string>{"ab", " ", "123", "45", " ", "c"}));
 }
 
+TEST(PreTokenizer, LlamaBpeGroupsDigitsInThreesAndQwen2SplitsThem) {
+  EXPECT_EQ(pre_tokenize("llama-bpe", "12345 x"), (std::vector<std::string>{"123", "45", " x"}));
+  EXPECT_EQ(pre_tokenize("qwen2", "123"), (std::vector<std::string>{"1", "2", "3"}));
+  // falcon: punctuation runs are cut first, then GPT-2's split, then digits in threes.
+  EXPECT_EQ(pre_tokenize("falcon", "a,b 12345"), (std::vector<std::string>{"a", ",", "b", " ", "123", "45"}));
+}
+
+TEST(Bpe, LlamaBpeTakesAWholeWordTokenWithoutMerges) {
+  // "hi" is a token but no merge builds it: llama-bpe (ignore_merges) still
+  // finds it, qwen2 spells it with bytes.
+  Vocabulary v = byte_level("llama-bpe");
+  v.tokens.push_back("hi");
+  v.types.push_back(TokenType::Normal);
+  EXPECT_EQ(Tokenizer::from_vocabulary(v).encode("hi"), (std::vector<int32_t>{257}));
+  v.pre = "qwen2";
+  EXPECT_EQ(Tokenizer::from_vocabulary(v).encode("hi"), (std::vector<int32_t>{'h', 'i'}));
+}
+
 }  // namespace
 }  // namespace lumen
