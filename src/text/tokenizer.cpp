@@ -164,8 +164,14 @@ VocabularyView view_of(const gguf::File& file) {
   if (!tokens) fail("missing key tokenizer.ggml.tokens");
   v.tokens = std::move(*tokens);
   if (auto merges = string_array_view(file, "tokenizer.ggml.merges")) v.merges = std::move(*merges);
-  if (auto scores = get_checked<std::vector<float>>(
-          "tokenizer.ggml.scores", [&](const std::string& k) { return file.get_f32_array(k); })) {
+  // Scores are f32; llama.cpp also reads an i32 array.
+  const gguf::KeyValue* scores_kv = file.find("tokenizer.ggml.scores");
+  if (scores_kv && scores_kv->value.type == gguf::ValueType::Array &&
+      scores_kv->value.array().elem_type == gguf::ValueType::I32) {
+    const std::vector<int32_t> scores = file.get_i32_array("tokenizer.ggml.scores").value_or(std::vector<int32_t>{});
+    v.scores.assign(scores.begin(), scores.end());
+  } else if (auto scores = get_checked<std::vector<float>>(
+                 "tokenizer.ggml.scores", [&](const std::string& k) { return file.get_f32_array(k); })) {
     v.scores = std::move(*scores);
   }
 

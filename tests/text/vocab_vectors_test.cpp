@@ -155,6 +155,22 @@ TEST(Spm, AddSpacePrefixFalseKeepsTheText) {
   EXPECT_EQ(Tokenizer::from_vocabulary(v).encode("ab", false), (std::vector<int32_t>{263}));
 }
 
+TEST(Spm, ReadsIntegerScoresFromGguf) {
+  // llama.cpp accepts tokenizer.ggml.scores as i32 as well as f32.
+  const Vocabulary v = tiny_spm();
+  gguf::Writer w;
+  w.set_string("tokenizer.ggml.model", "llama");
+  w.set_string_array("tokenizer.ggml.tokens", v.tokens);
+  std::vector<int32_t> scores, types;
+  for (float s : v.scores) scores.push_back(static_cast<int32_t>(s * 2));  // same order
+  for (TokenType t : v.types) types.push_back(static_cast<int32_t>(t));
+  w.set_i32_array("tokenizer.ggml.scores", scores);
+  w.set_i32_array("tokenizer.ggml.token_type", types);
+  const std::vector<uint8_t> bytes = w.to_bytes();
+  const Tokenizer tok = Tokenizer::from_gguf(gguf::File::from_memory(bytes));
+  EXPECT_EQ(tok.encode("ab", false), (std::vector<int32_t>{264}));
+}
+
 TEST(PreTokenizer, EveryTableRegexCompiles) {
   for (const std::string_view name : {"default", "llama-bpe", "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon",
                                       "mpt", "starcoder", "gpt-2", "refact", "command-r", "qwen2", "smollm", "qwen35",
