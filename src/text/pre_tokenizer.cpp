@@ -119,6 +119,22 @@ constexpr R kTinyAya[] = {R"(\d{1,3}(?=(?:\d{3})*\b))", kGpt4o};
 // SuperBPE: digit runs, then cuts every three digits from the right.
 constexpr R kSuperBpe[] = {R"(\p{N}+)", R"((?=(\d{3})+(?!\d)))"};
 
+// Youtu: Hangul, CJK punctuation, Bopomofo and CJK/kana runs first, then o200k-style words with single digits.
+constexpr R kYoutu[] = {
+    R"([\x{AC00}-\x{D7A3}\x{3131}-\x{318E}]+|[\x{FF01}\x{2026}\x{201C}\x{201D}\x{2018}\x{2019}\x{2014}\x{FF1A}\x{FF1B}\x{FF0C}\x{3001}-\x{303F}\x{FE30}-\x{FE4F}]+|[\x{3105}-\x{312F}]+|[\x{4E00}-\x{9FA5}\x{3040}-\x{309F}\x{30A0}-\x{30FF}]+)",
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+};
+// Spark 2.5: DeepSeek V3's split without newline runs, then single digits.
+constexpr R kSpark25[] = {
+    R"(\p{N}{1,3})", R"([\x{4E00}-\x{9FA5}\x{3040}-\x{309F}\x{30A0}-\x{30FF}]+)",
+    R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+|[\r\n]|\s+(?!\S)|\s+)",
+    R"(\p{N})",
+};
+// Jais 2: Llama 3's split with whitespace runs cut into power-of-two lengths.
+constexpr R kJais2[] = {
+    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s{512}(?!\S)|\s{256}(?!\S)|\s{128}(?!\S)|\s{64}(?!\S)|\s{32}(?!\S)|\s{16}(?!\S)|\s{8}(?!\S)|\s{4}(?!\S)|\s{1,2}(?!\S)|\s{1})",
+};
+
 // tokenizer.ggml.pre -> regexes, in llama.cpp's load() order. Names that
 // llama.cpp reads but whose tokenizers are not regex splits (kimi-k2, afmoe,
 // gemma4, sarvam-moe, whitespace) are not listed and so are rejected.
@@ -206,6 +222,9 @@ constexpr PreTokenizerSpec kPreTokenizers[] = {
     {"mellum2", kStarcoder},
     {"minicpm5", kMiniCpm5, true},
     {"laguna", kLaguna},
+    {"youtu", kYoutu, true},
+    {"spark2_5", kSpark25},
+    {"jais-2", kJais2},
 };
 
 }  // namespace

@@ -175,7 +175,8 @@ TEST(PreTokenizer, EveryTableRegexCompiles) {
   for (const std::string_view name : {"default", "llama-bpe", "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon",
                                       "mpt", "starcoder", "gpt-2", "refact", "command-r", "qwen2", "smollm", "qwen35",
                                       "poro-chat", "viking", "tekken", "chameleon", "gpt-4o", "tiny_aya", "superbpe",
-                                      "bailingmoe", "seed-coder", "ufakzeka", "minicpm5", "laguna", "exaone-moe"}) {
+                                      "bailingmoe", "seed-coder", "ufakzeka", "minicpm5", "laguna", "exaone-moe",
+                                      "youtu", "spark2_5", "jais-2"}) {
     const PreTokenizerSpec* spec = find_pre_tokenizer(name);
     ASSERT_NE(spec, nullptr) << name;
     EXPECT_NO_THROW(RegexSplitter{spec->regexes}) << name;
