@@ -15,6 +15,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "lumen/ops/op_table.h"
+
 namespace lumen::dsl {
 
 using namespace ast;
@@ -28,48 +30,46 @@ enum class ArgKind {
   Weight,  // a weight reference: `w` or `w[l]`
   Int,     // an int scalar
   Float,   // a float scalar (ints are accepted)
-  Mode,    // neox | normal
+  Choice,  // a bare name from the attribute's choices (rope's neox | normal)
 };
 
 struct ArgSpec {
   const char* name;
   ArgKind kind;
   bool required;
+  const ops::AttrSpec* attr = nullptr;  // Choice: its choices
 };
 
 struct Signature {
   Builtin builtin;
   std::vector<ArgSpec> args;
+  const ops::OpInfo* op = nullptr;  // tensor ops: their entry of the op table
 };
 
+// Tensor ops take their signature from the op table: operands, then the
+// attributes the DSL writes, in table order. Scalar functions are sema's own.
 const std::vector<Signature>& signatures() {
-  static const std::vector<Signature> table = {
-      {Builtin::Embed, {{"table", ArgKind::Weight, true}, {"tokens", ArgKind::Tensor, true}}},
-      {Builtin::RmsNorm, {{"x", ArgKind::Tensor, true}, {"weight", ArgKind::Tensor, true}, {"eps", ArgKind::Float, true}}},
-      {Builtin::MatMul, {{"x", ArgKind::Tensor, true}, {"w", ArgKind::Weight, true}}},
-      {Builtin::Add, {{"a", ArgKind::Tensor, true}, {"b", ArgKind::Tensor, true}}},
-      {Builtin::Mul, {{"a", ArgKind::Tensor, true}, {"b", ArgKind::Tensor, true}}},
-      {Builtin::Silu, {{"x", ArgKind::Tensor, true}}},
-      {Builtin::Rope,
-       {{"x", ArgKind::Tensor, true},
-        {"heads", ArgKind::Int, true},
-        {"dim", ArgKind::Int, true},
-        {"base", ArgKind::Float, false},
-        {"mode", ArgKind::Mode, false}}},
-      {Builtin::Attention,
-       {{"q", ArgKind::Tensor, true},
-        {"k", ArgKind::Tensor, true},
-        {"v", ArgKind::Tensor, true},
-        {"heads", ArgKind::Int, true},
-        {"kv_heads", ArgKind::Int, false},
-        {"dim", ArgKind::Int, true},
-        {"scale", ArgKind::Float, false}}},
-      {Builtin::Softmax, {{"x", ArgKind::Tensor, true}}},
-      {Builtin::Last, {{"x", ArgKind::Tensor, true}}},
-      {Builtin::Sqrt, {{"x", ArgKind::Float, true}}},
-      {Builtin::Min, {{"a", ArgKind::Float, true}, {"b", ArgKind::Float, true}}},
-      {Builtin::Max, {{"a", ArgKind::Float, true}, {"b", ArgKind::Float, true}}},
-  };
+  static const std::vector<Signature> table = [] {
+    std::vector<Signature> out;
+    for (const ops::OpInfo& op : ops::op_table()) {
+      if (!op.in_dsl) continue;
+      Signature sig{builtin_from_name(op.name), {}, &op};
+      for (const ops::OperandSpec& o : op.operands)
+        sig.args.push_back({o.name, o.role == ops::Role::Weight ? ArgKind::Weight : ArgKind::Tensor, true});
+      for (const ops::AttrSpec& a : op.attrs) {
+        if (a.internal) continue;
+        ArgKind k = a.kind == ops::AttrKind::Size ? ArgKind::Int
+                    : a.kind == ops::AttrKind::Scalar ? ArgKind::Float
+                                                      : ArgKind::Choice;
+        sig.args.push_back({a.name, k, a.required, &a});
+      }
+      out.push_back(std::move(sig));
+    }
+    out.push_back({Builtin::Sqrt, {{"x", ArgKind::Float, true}}});
+    out.push_back({Builtin::Min, {{"a", ArgKind::Float, true}, {"b", ArgKind::Float, true}}});
+    out.push_back({Builtin::Max, {{"a", ArgKind::Float, true}, {"b", ArgKind::Float, true}}});
+    return out;
+  }();
   return table;
 }
 
@@ -81,12 +81,8 @@ const Signature* find_signature(Builtin b) {
 }
 
 bool is_tensor_op(Builtin b) {
-  switch (b) {
-    case Builtin::Embed: case Builtin::RmsNorm: case Builtin::MatMul: case Builtin::Add: case Builtin::Mul:
-    case Builtin::Silu: case Builtin::Rope: case Builtin::Attention: case Builtin::Softmax: case Builtin::Last:
-      return true;
-    default: return false;
-  }
+  const Signature* s = find_signature(b);
+  return s && s->op;
 }
 
 bool is_reserved(std::string_view name) {
@@ -121,178 +117,6 @@ std::string quoted(std::string_view s) {
   return out;
 }
 
-// ------------------------------------------------ symbolic dim comparison
-
-// Sample bindings of the params (and N) used to decide whether two symbolic
-// dims are equal. Deterministic: a fixed-seed generator.
-class DimOracle {
- public:
-  void build(const Module& m) {
-    uint64_t state = 0x9E3779B97F4A7C15ull;
-    auto next = [&state]() {
-      state += 0x9E3779B97F4A7C15ull;
-      uint64_t z = state;
-      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-      return z ^ (z >> 31);
-    };
-    constexpr int kWanted = 8;
-    constexpr int kAttempts = 400;
-    std::vector<Sample> unchecked;
-    for (int attempt = 0; attempt < kAttempts && static_cast<int>(samples_.size()) < kWanted; ++attempt) {
-      Sample s;
-      s.n_tokens = static_cast<double>(2 + next() % 999);
-      bool ok = true;
-      for (const auto& p : m.params) {
-        std::optional<double> v;
-        if (p->source == ParamDecl::Source::Derived) {
-          if (p->value && p->value->type.kind != ValueKind::Unknown) v = eval(*p->value, s);
-        } else if (p->type == ScalarType::Int) {
-          // Products of small primes make divisibility checks likely to hold.
-          v = std::ldexp(1.0, static_cast<int>(next() % 9)) * std::pow(3.0, static_cast<double>(next() % 3)) *
-              std::pow(7.0, static_cast<double>(next() % 2));
-        } else {
-          v = 0.5 + static_cast<double>(next() % 1000) / 100.0;
-        }
-        if (!v) {
-          ok = false;
-          break;
-        }
-        s.values[p.get()] = *v;
-      }
-      if (!ok) continue;
-      if (static_cast<int>(unchecked.size()) < kWanted) unchecked.push_back(s);
-      for (const auto& c : m.checks) {
-        if (c->condition->type.kind != ValueKind::Bool) continue;
-        std::optional<double> v = eval(*c->condition, s);
-        if (!v || *v == 0.0) {
-          ok = false;
-          break;
-        }
-      }
-      if (ok) samples_.push_back(std::move(s));
-    }
-    // Unsatisfiable (or unsampleable) checks: compare without them.
-    if (samples_.empty()) samples_ = std::move(unchecked);
-  }
-
-  // Equal when both evaluate to the same value on every sample; when a
-  // sample cannot be evaluated, falls back to comparing the source text.
-  bool equal(const Dim& a, const Dim& b) const {
-    if (has_error(a) || has_error(b)) return true;  // already reported
-    if (to_string(a) == to_string(b)) return true;
-    if (samples_.empty()) return false;
-    for (const Sample& s : samples_) {
-      std::optional<double> x = eval_dim(a, s), y = eval_dim(b, s);
-      if (!x || !y) return false;
-      if (*x != *y) return false;
-    }
-    return true;
-  }
-
-  // Whether `d` equals a * b (two scalar expressions of the program).
-  bool equal_to_product(const Dim& d, const Expr& a, const Expr& b) const {
-    if (has_error(d)) return true;
-    if (to_string(d) == to_string(a) + " * " + to_string(b)) return true;
-    if (samples_.empty()) return false;
-    for (const Sample& s : samples_) {
-      std::optional<double> x = eval_dim(d, s), y = eval(a, s), z = eval(b, s);
-      if (!x || !y || !z || *x != *y * *z) return false;
-    }
-    return true;
-  }
-
-  // Whether a % b == 0 on every sample: `b` divides `a` under the checks.
-  bool divides(const Expr& b, const Expr& a) const {
-    if (a.type.kind == ValueKind::Unknown || b.type.kind == ValueKind::Unknown) return true;  // already reported
-    if (to_string(a) == to_string(b)) return true;
-    if (samples_.empty()) return false;
-    for (const Sample& s : samples_) {
-      std::optional<double> x = eval(a, s), y = eval(b, s);
-      if (!x || !y || *y == 0.0 || std::fmod(*x, *y) != 0.0) return false;
-    }
-    return true;
-  }
-
- private:
-  struct Sample {
-    std::map<const ParamDecl*, double> values;
-    double n_tokens = 0;
-  };
-
-  static bool has_error(const Dim& d) { return d.expr && d.expr->type.kind == ValueKind::Unknown; }
-
-  std::optional<double> eval_dim(const Dim& d, const Sample& s) const {
-    if (!d.expr) return static_cast<double>(d.constant);
-    return eval(*d.expr, s);
-  }
-
-  // Integer-typed operations use floor division and modulo, as the runtime does.
-  static std::optional<double> eval(const Expr& e, const Sample& s) {
-    switch (e.kind) {
-      case Expr::Kind::IntLiteral: return static_cast<double>(static_cast<const IntLiteral&>(e).value);
-      case Expr::Kind::FloatLiteral: return static_cast<const FloatLiteral&>(e).value;
-      case Expr::Kind::Name: {
-        auto& n = static_cast<const NameExpr&>(e);
-        if (n.resolved == NameKind::TokenCount) return s.n_tokens;
-        if (n.resolved == NameKind::Param) {
-          auto it = s.values.find(n.param);
-          if (it != s.values.end()) return it->second;
-        }
-        return std::nullopt;
-      }
-      case Expr::Kind::Unary: {
-        auto& u = static_cast<const UnaryExpr&>(e);
-        std::optional<double> x = eval(*u.operand, s);
-        if (!x) return std::nullopt;
-        return u.op == UnaryOp::Neg ? -*x : (*x == 0.0 ? 1.0 : 0.0);
-      }
-      case Expr::Kind::Binary: {
-        auto& b = static_cast<const BinaryExpr&>(e);
-        std::optional<double> x = eval(*b.lhs, s), y = eval(*b.rhs, s);
-        if (!x || !y) return std::nullopt;
-        bool ints = b.lhs->type.kind == ValueKind::Int && b.rhs->type.kind == ValueKind::Int;
-        switch (b.op) {
-          case BinaryOp::Add: return *x + *y;
-          case BinaryOp::Sub: return *x - *y;
-          case BinaryOp::Mul: return *x * *y;
-          case BinaryOp::Div:
-            if (*y == 0.0) return std::nullopt;
-            return ints ? std::floor(*x / *y) : *x / *y;
-          case BinaryOp::Mod:
-            if (*y == 0.0) return std::nullopt;
-            return *x - *y * std::floor(*x / *y);
-          case BinaryOp::Eq: return *x == *y ? 1.0 : 0.0;
-          case BinaryOp::Ne: return *x != *y ? 1.0 : 0.0;
-          case BinaryOp::Lt: return *x < *y ? 1.0 : 0.0;
-          case BinaryOp::Le: return *x <= *y ? 1.0 : 0.0;
-          case BinaryOp::Gt: return *x > *y ? 1.0 : 0.0;
-          case BinaryOp::Ge: return *x >= *y ? 1.0 : 0.0;
-          case BinaryOp::And: return (*x != 0.0 && *y != 0.0) ? 1.0 : 0.0;
-          case BinaryOp::Or: return (*x != 0.0 || *y != 0.0) ? 1.0 : 0.0;
-        }
-        return std::nullopt;
-      }
-      case Expr::Kind::Call: {
-        auto& c = static_cast<const CallExpr&>(e);
-        std::vector<double> args;
-        for (const Argument& a : c.args) {
-          std::optional<double> v = eval(*a.value, s);
-          if (!v) return std::nullopt;
-          args.push_back(*v);
-        }
-        if (c.builtin == Builtin::Sqrt && args.size() == 1 && args[0] >= 0.0) return std::sqrt(args[0]);
-        if (c.builtin == Builtin::Min && args.size() == 2) return std::min(args[0], args[1]);
-        if (c.builtin == Builtin::Max && args.size() == 2) return std::max(args[0], args[1]);
-        return std::nullopt;
-      }
-      default: return std::nullopt;
-    }
-  }
-
-  std::vector<Sample> samples_;
-};
-
 // ------------------------------------------------------------------ sema
 
 // Where an expression appears; decides which names are visible.
@@ -312,7 +136,7 @@ class Sema {
     index_names();
     check_params();
     check_checks();
-    dims_.build(m_);
+    collect_facts();
     check_weights();
     check_forward();
     warn_unused_weights();
@@ -366,6 +190,7 @@ class Sema {
             error(p->value->range, "let " + quoted(p->name) + " must be a number, not a bool");
           }
           p->type = k == ValueKind::Float ? ScalarType::Float : ScalarType::Int;
+          if (k == ValueKind::Int) let_dims_.emplace(p.get(), sym(*p->value));
           break;
         }
       }
@@ -409,6 +234,102 @@ class Sema {
       }
       if (c->message.empty()) error(c->range, "check message must not be empty");
     }
+  }
+
+  // ------------------------------------------------- symbolic dims
+
+  // The canonical form of an int expression (ops/sym_dim.h): lets are
+  // replaced by their definitions. Anything else (an erroneous or float
+  // expression) is an atom of its own text, equal only to itself.
+  ops::SymDim sym(const Expr& e) const {
+    switch (e.kind) {
+      case Expr::Kind::IntLiteral: return ops::SymDim::constant(static_cast<const IntLiteral&>(e).value);
+      case Expr::Kind::Name: {
+        auto& n = static_cast<const NameExpr&>(e);
+        if (n.resolved == NameKind::TokenCount) return ops::SymDim::tokens();
+        if (n.resolved == NameKind::Param && n.param) {
+          auto it = let_dims_.find(n.param);
+          if (it != let_dims_.end()) return it->second;
+          return ops::SymDim::param(n.param->name);
+        }
+        break;
+      }
+      case Expr::Kind::Unary: {
+        auto& u = static_cast<const UnaryExpr&>(e);
+        if (u.op == UnaryOp::Neg) return ops::SymDim::constant(0) - sym(*u.operand);
+        break;
+      }
+      case Expr::Kind::Binary: {
+        auto& b = static_cast<const BinaryExpr&>(e);
+        if (b.lhs->type.kind != ValueKind::Int || b.rhs->type.kind != ValueKind::Int) break;
+        ops::SymDim l = sym(*b.lhs), r = sym(*b.rhs);
+        switch (b.op) {
+          case BinaryOp::Add: return l + r;
+          case BinaryOp::Sub: return l - r;
+          case BinaryOp::Mul: return l * r;
+          case BinaryOp::Div: return l / r;
+          case BinaryOp::Mod: return l % r;
+          default: break;
+        }
+        break;
+      }
+      case Expr::Kind::Call: {
+        auto& c = static_cast<const CallExpr&>(e);
+        if ((c.builtin == Builtin::Min || c.builtin == Builtin::Max) && c.args.size() == 2 &&
+            c.type.kind == ValueKind::Int) {
+          ops::SymDim a = sym(*c.args[0].value), b = sym(*c.args[1].value);
+          return c.builtin == Builtin::Min ? ops::SymDim::min(a, b) : ops::SymDim::max(a, b);
+        }
+        break;
+      }
+      default: break;
+    }
+    return ops::SymDim::param("(" + to_string(e) + ")");
+  }
+
+  ops::ShapeDim shape_dim(const Dim& d) const {
+    if (!d.expr) return ops::ShapeDim::of(d.constant);
+    return {sym(*d.expr), to_string(*d.expr)};
+  }
+
+  ops::TensorType op_type(const TensorType& t) const {
+    ops::TensorType out;
+    switch (t.dtype) {
+      case DType::F32: out.dtype = ops::DType::F32; break;
+      case DType::F16: out.dtype = ops::DType::F16; break;
+      case DType::Q8_0: out.dtype = ops::DType::Q8_0; break;
+      case DType::I32: out.dtype = ops::DType::I32; break;
+    }
+    for (const Dim& d : t.dims) out.shape.push_back(shape_dim(d));
+    return out;
+  }
+
+  // The relations the checks establish: `a % b == 0` (b divides a), `a == b`.
+  void collect_facts() {
+    for (auto& c : m_.checks) {
+      if (c->condition->type.kind == ValueKind::Bool) add_facts(*c->condition);
+    }
+  }
+
+  void add_facts(const Expr& e) {
+    auto* b = dyn_cast<BinaryExpr>(&e);
+    if (!b) return;
+    if (b->op == BinaryOp::And) {
+      add_facts(*b->lhs);
+      add_facts(*b->rhs);
+      return;
+    }
+    if (b->op != BinaryOp::Eq || b->lhs->type.kind != ValueKind::Int || b->rhs->type.kind != ValueKind::Int) return;
+    auto is_zero = [](const Expr& x) {
+      auto* lit = dyn_cast<IntLiteral>(&x);
+      return lit && lit->value == 0;
+    };
+    const Expr* mod = is_zero(*b->rhs) ? b->lhs.get() : is_zero(*b->lhs) ? b->rhs.get() : nullptr;
+    if (auto* m = mod ? dyn_cast<BinaryExpr>(mod) : nullptr; m && m->op == BinaryOp::Mod) {
+      facts_.assume_divides(sym(*m->rhs), sym(*m->lhs));
+      return;
+    }
+    facts_.assume_equal(sym(*b->lhs), sym(*b->rhs));
   }
 
   // Checks the "{i}" placeholder rules of a GGUF tensor name.
@@ -877,7 +798,7 @@ class Sema {
     return r;
   }
 
-  bool same_dim(const Dim& a, const Dim& b) const { return dims_.equal(a, b); }
+  bool same_dim(const Dim& a, const Dim& b) const { return facts_.equal(shape_dim(a).sym, shape_dim(b).sym); }
 
   bool same_type(const TensorType& a, const TensorType& b) const {
     if (a.dtype != b.dtype || a.dims.size() != b.dims.size()) return false;
@@ -1026,8 +947,66 @@ class Sema {
     return set_type(x, tensor(type_of(w->type)));
   }
 
-  // a + b, a * b, add(a, b), mul(a, b): f32 tensors of one shape, or a 1-D
-  // operand broadcast over the rows of a 2-D one.
+  // Whether `e` names a weight (`w` or `w[l]`), for the table's operand roles.
+  static bool is_weight_arg(const Expr& e) {
+    if (auto* n = dyn_cast<NameExpr>(&e)) return n->resolved == NameKind::Weight || n->resolved == NameKind::LayerWeight;
+    return e.kind == Expr::Kind::Index;
+  }
+
+  // Runs the op table's rule; reports its complaint at the argument it names
+  // (or at `at`). `args[i]` is the expression of operand i.
+  ExprType apply_rule(Expr& at, const ops::OpInfo& op, const std::vector<const Expr*>& args,
+                      const std::map<std::string, const Expr*>& attr_args, bool quiet) {
+    ops::OpCall call;
+    call.facts = &facts_;
+    for (const Expr* a : args) {
+      call.operands.push_back(op_type(a->type.tensor));
+      call.is_weight.push_back(is_weight_arg(*a));
+    }
+    for (const auto& [name, e] : attr_args) {
+      const ops::AttrSpec* spec = ops::find_attr(op, name);
+      if (!spec) continue;
+      if (spec->kind == ops::AttrKind::Size) call.sizes[name] = {sym(*e), to_string(*e)};
+      if (spec->kind == ops::AttrKind::Choice) call.choices[name] = to_string(*e);
+    }
+    ops::Verdict v = ops::infer(op, call);
+    if (v.ok()) {
+      TensorType t;
+      switch (v.result->dtype) {
+        case ops::DType::I32: t.dtype = DType::I32; break;
+        case ops::DType::F16: t.dtype = DType::F16; break;
+        case ops::DType::Q8_0: t.dtype = DType::Q8_0; break;
+        default: t.dtype = DType::F32; break;
+      }
+      // Result dims are operand dims or attribute products: find the AST
+      // expression each came from so that later messages print source text.
+      for (const ops::ShapeDim& d : v.result->shape) t.dims.push_back(dim_for(d, args, attr_args));
+      return set_type(at, tensor(std::move(t)));
+    }
+    if (!quiet) {
+      SourceRange where = at.range;
+      if (v.operand >= 0 && static_cast<size_t>(v.operand) < args.size()) where = args[static_cast<size_t>(v.operand)]->range;
+      if (auto it = attr_args.find(v.attr); !v.attr.empty() && it != attr_args.end()) where = it->second->range;
+      error(where, v.message);
+    }
+    return unknown(at);
+  }
+
+  // The AST dim of an operand whose canonical form and text match `d`;
+  // the constant when `d` is one.
+  Dim dim_for(const ops::ShapeDim& d, const std::vector<const Expr*>& args,
+              const std::map<std::string, const Expr*>& attr_args) const {
+    for (const Expr* a : args)
+      for (const Dim& x : a->type.tensor.dims)
+        if (!x.expr ? d.text == std::to_string(x.constant) : to_string(*x.expr) == d.text) return x;
+    for (const auto& [name, e] : attr_args)
+      if (to_string(*e) == d.text) return Dim{e, 0};
+    auto c = d.sym.as_constant();
+    return Dim{nullptr, c ? *c : 0};
+  }
+
+  // a + b, a * b: the table's add and mul (f32 tensors of one shape, or a
+  // weight row broadcast over the rows of an activation).
   ExprType check_elementwise(Expr& e, BinaryOp op, const ExprType& l, const ExprType& r) {
     if (l.kind == ValueKind::Unknown || r.kind == ValueKind::Unknown) return unknown(e);
     const char* verb = op == BinaryOp::Add ? "add" : "multiply";
@@ -1039,56 +1018,8 @@ class Sema {
       error(e.range, std::string("cannot ") + verb + " a tensor and a scalar");
       return unknown(e);
     }
-    if (l.tensor.dtype != DType::F32 || r.tensor.dtype != DType::F32) {
-      error(e.range, std::string("cannot ") + verb + " " + to_string(l.tensor) + " and " + to_string(r.tensor) +
-                         ": both must be f32");
-      return unknown(e);
-    }
-    const TensorType& a = l.tensor;
-    const TensorType& b = r.tensor;
-    if (a.dims.size() == b.dims.size()) {
-      if (same_type(a, b)) return set_type(e, l);
-    } else if (a.dims.size() == 2 && b.dims.size() == 1) {
-      if (same_dim(a.dims[1], b.dims[0])) return set_type(e, l);
-    } else if (a.dims.size() == 1 && b.dims.size() == 2) {
-      if (same_dim(a.dims[0], b.dims[1])) return set_type(e, r);
-    }
-    error(e.range, std::string("cannot ") + verb + " " + to_string(a) + " and " + to_string(b) + ": shapes do not match");
-    return unknown(e);
-  }
-
-  const ExprType* arg(const CallExpr& c, std::string_view name) {
-    const Expr* e = c.find(name);
-    return e ? &e->type : nullptr;
-  }
-
-  // Requires a 2-D f32 activation.
-  bool need_activation(const CallExpr& c, const char* param) {
-    const Expr* e = c.find(param);
-    const TensorType& t = e->type.tensor;
-    if (t.dtype != DType::F32 || t.dims.size() != 2) {
-      error(e->range, quoted(c.callee) + " needs an f32 [rows, columns] tensor for " + quoted(param) + ", found " +
-                          to_string(t));
-      return false;
-    }
-    return true;
-  }
-
-  // `dim` (a value of the tensor type) must equal the scalar product a * b.
-  bool need_product(const CallExpr& c, const Expr& tensor_arg, const Dim& dim, const char* a, const char* b,
-                    const char* what) {
-    const Expr* ea = c.find(a);
-    const Expr* eb = c.find(b);
-    if (!ea) ea = c.find("heads");  // kv_heads defaults to heads
-    if (!ea || !eb) return true;
-    if (ea->type.kind == ValueKind::Unknown || eb->type.kind == ValueKind::Unknown) return true;
-    std::string product_text = to_string(*ea) + " * " + to_string(*eb);
-    bool equal = dims_.equal_to_product(dim, *ea, *eb);
-    if (!equal) {
-      error(tensor_arg.range, quoted(c.callee) + ": the " + what + " " + to_string(dim) + " of " +
-                                  to_string(tensor_arg.type.tensor) + " is not " + a + " * " + b + " (" + product_text + ")");
-    }
-    return equal;
+    auto& b = static_cast<BinaryExpr&>(e);
+    return apply_rule(e, *ops::find_op(op == BinaryOp::Add ? "add" : "mul"), {b.lhs.get(), b.rhs.get()}, {}, false);
   }
 
   ExprType check_op(CallExpr& c) {
@@ -1098,33 +1029,43 @@ class Sema {
       return unknown(c);
     }
     // Type every argument first; each kind has its own rule. A bad scalar
-    // argument does not stop the result type (the shapes are still known).
-    bool ok = true;
+    // argument does not stop the operands' checks, but silences the op's
+    // rule (it would only repeat the error).
+    bool ok = true, scalars_ok = true;
     for (Argument& a : c.args) {
       const ArgSpec& spec = *std::find_if(sig->args.begin(), sig->args.end(),
                                           [&](const ArgSpec& s) { return a.param == s.name; });
-      if (spec.kind == ArgKind::Mode) {
+      if (spec.kind == ArgKind::Choice) {
         auto* n = dyn_cast<NameExpr>(a.value.get());
-        if (!n || (n->name != "neox" && n->name != "normal")) {
-          error(a.value->range, "argument 'mode' of " + quoted(c.callee) + " must be neox or normal, found " +
-                                    quoted(to_string(*a.value)));
+        const auto& choices = spec.attr->choices;
+        if (!n || std::find(choices.begin(), choices.end(), n->name) == choices.end()) {
+          std::string list;
+          for (const auto& ch : choices) list += (list.empty() ? "" : " or ") + ch;
+          error(a.value->range, "argument " + quoted(a.param) + " of " + quoted(c.callee) + " must be " + list +
+                                    ", found " + quoted(to_string(*a.value)));
+          scalars_ok = false;
           continue;
         }
+        n->resolved = NameKind::Mode;
+        ExprType mode;
+        mode.kind = ValueKind::Mode;
+        set_type(*n, mode);
+        continue;
       }
       ExprType t = check_tensor(*a.value);
       bool is_tensor_arg = spec.kind == ArgKind::Tensor || spec.kind == ArgKind::Weight;
       if (t.kind == ValueKind::Unknown) {
-        if (is_tensor_arg) ok = false;  // a bad scalar argument does not hide the result type
+        if (is_tensor_arg) ok = false;
+        else scalars_ok = false;
         continue;
       }
       switch (spec.kind) {
         case ArgKind::Weight: {
-          bool is_weight = false;
-          if (auto* n = dyn_cast<NameExpr>(a.value.get())) is_weight = n->resolved == NameKind::Weight;
-          if (a.value->kind == Expr::Kind::Index) is_weight = true;
-          if (!is_weight) {
+          if (!is_weight_arg(*a.value)) {
             error(a.value->range, "argument " + quoted(a.param) + " of " + quoted(c.callee) + " must be a weight, found " +
                                       (t.kind == ValueKind::Tensor ? "a computed " + to_string(t) + " value" : "a " + to_string(t)));
+            ok = false;
+          } else if (t.kind != ValueKind::Tensor) {
             ok = false;
           }
           break;
@@ -1143,114 +1084,28 @@ class Sema {
                                       (spec.kind == ArgKind::Int ? "an int" : "a number") + ", found " +
                                       (t.kind == ValueKind::Mode ? std::string("a rope mode") : to_string(t)));
             a.value->type = ExprType{};
+            scalars_ok = false;
           }
           break;
-        case ArgKind::Mode:
-          if (t.kind != ValueKind::Mode) {
-            error(a.value->range, "argument 'mode' of " + quoted(c.callee) + " must be neox or normal");
-            a.value->type = ExprType{};
-          }
-          break;
+        case ArgKind::Choice: break;
+      }
+    }
+    if (sig->op->per_layer_state) {
+      if (!in_loop_) {
+        error(c.callee_range, quoted(c.callee) + " must be inside the layer loop (it keeps state per layer)");
+        ok = false;
+      } else if (++per_layer_ops_[sig->op->name] > 1) {
+        error(c.callee_range, quoted(c.callee) + " appears twice in the layer loop (it keeps one state per layer)");
+        ok = false;
       }
     }
     if (!ok) return unknown(c);
-    return set_type(c, op_result(c));
-  }
-
-  // The result type of a tensor op whose arguments are bound and typed.
-  ExprType op_result(CallExpr& c) {
-    auto T = [&](const char* name) -> const TensorType& { return c.find(name)->type.tensor; };
-    switch (c.builtin) {
-      case Builtin::Embed: {
-        const TensorType& table = T("table");
-        const TensorType& ids = T("tokens");
-        if (table.dims.size() != 2) {
-          error(c.find("table")->range, "embed needs a 2-D table, found " + to_string(table));
-          return ExprType{};
-        }
-        if (ids.dtype != DType::I32 || ids.dims.size() != 1) {
-          error(c.find("tokens")->range, "embed needs i32 token ids [N], found " + to_string(ids));
-          return ExprType{};
-        }
-        return tensor({DType::F32, {ids.dims[0], table.dims[1]}});
-      }
-      case Builtin::RmsNorm: {
-        if (!need_activation(c, "x")) return ExprType{};
-        const TensorType& x = T("x");
-        const TensorType& w = T("weight");
-        if (w.dtype != DType::F32 || w.dims.size() != 1 || !same_dim(w.dims[0], x.dims[1])) {
-          error(c.find("weight")->range, "rms_norm weight must be f32[" + to_string(x.dims[1]) + "] to match " +
-                                             to_string(x) + ", found " + to_string(w));
-          return ExprType{};
-        }
-        return tensor(x);
-      }
-      case Builtin::MatMul: {
-        if (!need_activation(c, "x")) return ExprType{};
-        const TensorType& x = T("x");
-        const TensorType& w = T("w");
-        if (w.dims.size() != 2) {
-          error(c.find("w")->range, "matmul needs a 2-D weight [rows, row_length], found " + to_string(w));
-          return ExprType{};
-        }
-        if (!same_dim(x.dims[1], w.dims[1])) {
-          error(c.range, "matmul shapes do not match: " + to_string(x) + " times " + to_string(w) + " (row length " +
-                             to_string(x.dims[1]) + " vs " + to_string(w.dims[1]) + ")");
-          return ExprType{};
-        }
-        return tensor({DType::F32, {x.dims[0], w.dims[0]}});
-      }
-      case Builtin::Add:
-      case Builtin::Mul:
-        return check_elementwise(c, c.builtin == Builtin::Add ? BinaryOp::Add : BinaryOp::Mul, c.find("a")->type,
-                                 c.find("b")->type);
-      case Builtin::Silu:
-      case Builtin::Softmax:
-        if (!need_activation(c, "x")) return ExprType{};
-        return tensor(T("x"));
-      case Builtin::Last: {
-        if (!need_activation(c, "x")) return ExprType{};
-        return tensor({DType::F32, {Dim{nullptr, 1}, T("x").dims[1]}});
-      }
-      case Builtin::Rope: {
-        if (!need_activation(c, "x")) return ExprType{};
-        if (!need_product(c, *c.find("x"), T("x").dims[1], "heads", "dim", "row length")) return ExprType{};
-        // Rope rotates pairs of elements within each head.
-        IntLiteral two(c.range, 2);
-        two.type.kind = ValueKind::Int;
-        if (!dims_.divides(two, *c.find("dim"))) {
-          error(c.find("dim")->range, "'rope' needs an even dim: add a check that " + to_string(*c.find("dim")) +
-                                          " % 2 == 0");
-          return ExprType{};
-        }
-        return tensor(T("x"));
-      }
-      case Builtin::Attention: {
-        if (!need_activation(c, "q") || !need_activation(c, "k") || !need_activation(c, "v")) return ExprType{};
-        const TensorType& q = T("q");
-        const TensorType& k = T("k");
-        const TensorType& v = T("v");
-        if (!same_dim(q.dims[0], k.dims[0]) || !same_dim(q.dims[0], v.dims[0])) {
-          error(c.range, "attention needs q, k and v with the same rows, found " + to_string(q) + ", " + to_string(k) +
-                             " and " + to_string(v));
-          return ExprType{};
-        }
-        if (!need_product(c, *c.find("q"), q.dims[1], "heads", "dim", "row length")) return ExprType{};
-        if (!need_product(c, *c.find("k"), k.dims[1], "kv_heads", "dim", "row length")) return ExprType{};
-        if (const Expr* kv_heads = c.find("kv_heads"); kv_heads && !dims_.divides(*kv_heads, *c.find("heads"))) {
-          error(kv_heads->range, "'attention' needs heads to be a multiple of kv_heads: add a check that " +
-                                     to_string(*c.find("heads")) + " % " + to_string(*kv_heads) + " == 0");
-          return ExprType{};
-        }
-        if (!same_dim(k.dims[1], v.dims[1])) {
-          error(c.find("v")->range, "attention needs k and v of the same shape, found " + to_string(k) + " and " +
-                                        to_string(v));
-          return ExprType{};
-        }
-        return tensor(q);
-      }
-      default: return ExprType{};
-    }
+    std::vector<const Expr*> operands;
+    std::map<std::string, const Expr*> attrs;
+    for (const ops::OperandSpec& o : sig->op->operands) operands.push_back(c.find(o.name));
+    for (const ops::AttrSpec& a : sig->op->attrs)
+      if (const Expr* e = c.find(a.name)) attrs[a.name] = e;
+    return apply_rule(c, *sig->op, operands, attrs, !scalars_ok);
   }
 
   void warn_unused_weights() {
@@ -1266,7 +1121,8 @@ class Sema {
 
   Module& m_;
   DiagnosticEngine& diags_;
-  DimOracle dims_;
+  std::map<const ParamDecl*, ops::SymDim> let_dims_;  // int lets and their canonical definitions
+  ops::DimFacts facts_;                                // what the checks establish
   std::map<std::string, SourceRange> names_;     // top-level names and their definitions
   std::unordered_map<std::string, const ParamDecl*> params_by_name_;
   std::unordered_map<std::string, const WeightDecl*> weights_by_name_;
@@ -1276,6 +1132,7 @@ class Sema {
   std::set<std::string> loop_only_;              // values that went out of scope at the loop end
   bool in_loop_ = false;
   bool seen_loop_ = false;
+  std::map<std::string, int> per_layer_ops_;   // ops with per-layer state seen in the loop body
   std::string loop_var_;
 };
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "lumen/common/numeric.h"
+#include "lumen/ops/op_table.h"
 #include "lumen/runtime/binding.h"
 #include "lumen/target/page_buffer.h"
 #include "lumen/runtime/ops.h"
@@ -247,7 +248,65 @@ const Plan& Session::Impl::plan_for(int64_t n) {
   return plans.emplace(n, std::move(plan)).first->second;
 }
 
-// Shapes and dtypes of one resolved op, so that running it cannot go out of bounds.
+namespace {
+
+namespace op_table = ::lumen::ops;  // (runtime/ops.h is the runtime's own lumen::runtime::ops)
+
+// The op table's entry for a program op (TakeLast is the table's `last`).
+const op_table::OpInfo& table_entry(OpKind kind) {
+  op_table::OpId id = op_table::OpId::Embed;
+  switch (kind) {
+    case OpKind::Embed: id = op_table::OpId::Embed; break;
+    case OpKind::RmsNorm: id = op_table::OpId::RmsNorm; break;
+    case OpKind::RmsNormQuant: id = op_table::OpId::RmsNormQuant; break;
+    case OpKind::Quantize: id = op_table::OpId::Quantize; break;
+    case OpKind::MatMul: id = op_table::OpId::MatMul; break;
+    case OpKind::Rope: id = op_table::OpId::Rope; break;
+    case OpKind::Attention: id = op_table::OpId::Attention; break;
+    case OpKind::Add: id = op_table::OpId::Add; break;
+    case OpKind::Mul: id = op_table::OpId::Mul; break;
+    case OpKind::Silu: id = op_table::OpId::Silu; break;
+    case OpKind::SiluMul: id = op_table::OpId::SiluMul; break;
+    case OpKind::TakeLast: id = op_table::OpId::Last; break;
+    case OpKind::Softmax: id = op_table::OpId::Softmax; break;
+  }
+  return op_table::op_info(id);
+}
+
+op_table::DType table_dtype(DType d) {
+  switch (d) {
+    case DType::F32: return op_table::DType::F32;
+    case DType::F16: return op_table::DType::F16;
+    case DType::Q8_0: return op_table::DType::Q8_0;
+    case DType::ActQ8: return op_table::DType::ActQ8;
+    case DType::I32: return op_table::DType::I32;
+  }
+  return op_table::DType::F32;
+}
+
+// A resolved view as the table sees it: [rows, cols], or [rows] for token ids.
+op_table::TensorType table_type(const RView& v) {
+  op_table::TensorType t{table_dtype(v.dtype), {op_table::ShapeDim::of(v.rows)}};
+  if (v.dtype != DType::I32) t.shape.push_back(op_table::ShapeDim::of(v.cols));
+  return t;
+}
+
+// A bound GGUF tensor as the table sees it: DSL order [rows, row_length].
+op_table::TensorType table_type(const gguf::TensorInfo& t) {
+  op_table::TensorType out;
+  out.dtype = t.type == gguf::TensorType::F32   ? op_table::DType::F32
+              : t.type == gguf::TensorType::F16 ? op_table::DType::F16
+                                                : op_table::DType::Q8_0;
+  for (auto it = t.ne.rbegin(); it != t.ne.rend(); ++it) out.shape.push_back(op_table::ShapeDim::of(*it));
+  return out;
+}
+
+}  // namespace
+
+// Shapes and dtypes of one resolved op, so that running it cannot go out of
+// bounds: the op table's type rule on this binding's values (every layer's
+// weights), then what the runtime's kernels add (head_dim limits, ActQ8
+// matmul input, the KV cache width).
 void Session::Impl::check_op(const ROp& r, Section section, size_t index, int64_t n) const {
   const Op& op = *r.op;
   auto need = [&](bool ok, const std::string& what) {
@@ -255,104 +314,85 @@ void Session::Impl::check_op(const ROp& r, Section section, size_t index, int64_
       throw LoadError(std::string("program: ") + to_string(section) + " op " + std::to_string(index) + " (" +
                       program::to_string(op.kind) + "): " + what);
   };
-  auto f32 = [](const RView& v) { return v.buffer >= 0 && v.dtype == DType::F32; };
-  auto weight_rows_ok = [&](int w, DType want, int64_t cols) {
-    int64_t layers = section == Section::Layer ? bound.n_layers : 1;
-    for (int64_t l = 0; l < layers; ++l) {
-      const gguf::TensorInfo* t = tensor(w, l);
-      if (t == nullptr) return false;
-      bool type_ok = want == DType::F32 ? t->type == gguf::TensorType::F32 : true;
-      if (!type_ok || t->ne.empty() || t->ne[0] != cols) return false;
+  const op_table::OpInfo& info = table_entry(op.kind);
+  static const op_table::DimFacts no_facts;  // constants compare by value
+  const int64_t layers = section == Section::Layer ? bound.n_layers : 1;
+  for (const RView& v : r.in) need(v.buffer >= 0, "an input has no buffer");
+  need(r.out.buffer >= 0 || op.kind == OpKind::Rope, "the output has no buffer");
+  for (int64_t l = 0; l < layers; ++l) {
+    op_table::OpCall call;
+    call.facts = &no_facts;
+    call.tokens = op_table::SymDim::constant(n);
+    size_t next_in = 0, next_w = 0;
+    auto take = [&](bool weight) {
+      if (weight) {
+        const gguf::TensorInfo* t = tensor(op.weights[next_w++], l);
+        need(t != nullptr, "a weight is not bound");
+        call.operands.push_back(table_type(*t));
+      } else {
+        call.operands.push_back(table_type(r.in[next_in++]));
+      }
+      call.is_weight.push_back(weight);
+    };
+    for (const op_table::OperandSpec& spec : info.operands) {
+      do {
+        bool ins_left = next_in < r.in.size(), ws_left = next_w < op.weights.size();
+        bool weight = spec.role == op_table::Role::Weight || (spec.role == op_table::Role::Either && !ins_left);
+        if (weight ? !ws_left : !ins_left) break;
+        take(weight);
+      } while (spec.variadic);
     }
-    return true;
-  };
-  const size_t n_in = r.in.size();
+    while (next_in < r.in.size()) take(false);
+    while (next_w < op.weights.size()) take(true);
+    if (op.kind == OpKind::Rope || op.kind == OpKind::Attention) {
+      call.sizes["heads"] = op_table::ShapeDim::of(r.n_heads);
+      call.sizes["dim"] = op_table::ShapeDim::of(r.head_dim);
+    }
+    if (op.kind == OpKind::Attention) call.sizes["kv_heads"] = op_table::ShapeDim::of(r.n_heads_kv);
+    if (op.kind == OpKind::Rope) call.choices["mode"] = op.rope_mode == program::RopeMode::Normal ? "normal" : "neox";
+    if (op.kind == OpKind::MatMul) {
+      call.epilogue = program::to_string(op.epilogue);
+      for (int b : op.biases) {
+        const gguf::TensorInfo* t = tensor(b, l);
+        need(t != nullptr, "a bias is not bound");
+        call.biases.push_back(table_type(*t));
+      }
+      if (op.residual.buffer >= 0) call.residual = table_type(r.residual);
+    }
+    op_table::Verdict v = op_table::infer(info, call);
+    need(v.ok(), v.message);
+    const RView& out = r.out.buffer >= 0 ? r.out : r.in[0];
+    need(op_table::same_type(*v.result, table_type(out), no_facts),
+         "the output is " + table_type(out).str() + " but the inputs give " + v.result->str());
+  }
   switch (op.kind) {
-    case OpKind::Embed: {
-      need(n_in == 1 && r.in[0].dtype == DType::I32 && r.in[0].cols == 1, "input must be I32 token ids");
-      need(f32(r.out) && r.out.rows == r.in[0].rows, "output must be F32 with a row per token");
-      need(op.weights.size() == 1 && weight_rows_ok(op.weights[0], DType::Q8_0, r.out.cols),
-           "the table's rows must match the output width");
-      int64_t layers = section == Section::Layer ? bound.n_layers : 1;
+    case OpKind::Embed:
       for (int64_t l = 0; l < layers; ++l) {
         gguf::TensorType t = tensor(op.weights[0], l)->type;
         need(t == gguf::TensorType::Q8_0 || t == gguf::TensorType::F32 || t == gguf::TensorType::F16,
              "the table must be Q8_0, F16 or F32");
       }
       break;
-    }
-    case OpKind::RmsNorm:
-    case OpKind::RmsNormQuant: {
-      DType want = op.kind == OpKind::RmsNorm ? DType::F32 : DType::ActQ8;
-      need(n_in == 1 && f32(r.in[0]), "input must be F32");
-      need(r.out.buffer >= 0 && r.out.dtype == want && r.out.cols == r.in[0].cols && r.out.rows == r.in[0].rows,
-           std::string("output must be ") + program::to_string(want) + " of the input's shape");
-      need(op.weights.size() == 1 && weight_rows_ok(op.weights[0], DType::F32, r.in[0].cols),
-           "the weight must be F32 of the row width");
-      break;
-    }
-    case OpKind::Quantize:
-      need(n_in == 1 && f32(r.in[0]), "input must be F32");
-      need(r.out.buffer >= 0 && r.out.dtype == DType::ActQ8 && r.out.cols == r.in[0].cols &&
-               r.out.rows == r.in[0].rows,
-           "output must be ActQ8 of the input's shape");
-      break;
-    case OpKind::MatMul: {
-      need(n_in == 1 && r.in[0].dtype == DType::ActQ8, "input must be ActQ8");
-      need(f32(r.out) && r.out.rows == r.in[0].rows, "output must be F32 with the input's rows");
-      bool residual = op.epilogue == Epilogue::Residual || op.epilogue == Epilogue::BiasResidual;
-      need(!residual || (f32(r.residual) && r.residual.cols == r.out.cols && r.residual.rows == r.out.rows),
-           "the residual must be F32 of the output's shape");
+    case OpKind::MatMul:
+      need(r.in.size() == 1 && r.in[0].dtype == DType::ActQ8, "input must be ActQ8");
       for (const PackedMatMul& mm : bound.matmuls[section][index]) {
         need(mm.k == r.in[0].cols, "the weights' row length must equal the input width");
         need(mm.rows == r.out.cols, "the weights' rows must equal the output width");
       }
       break;
-    }
     case OpKind::Rope:
-      need(n_in == 1 && f32(r.in[0]), "input must be F32");
-      need(r.in[0].rows == n, "rope needs one row per token (positions come from rows)");
-      need(r.head_dim >= 2 && r.head_dim % 2 == 0 && r.head_dim <= kMaxHeadDim && r.n_heads >= 1 &&
-               r.n_heads * r.head_dim == r.in[0].cols,
-           "heads x head_dim must equal the view width, with an even head_dim");
-      need(r.out.buffer < 0 || (f32(r.out) && r.out.cols == r.in[0].cols && r.out.rows == r.in[0].rows),
-           "output must match the input");
+      need(r.head_dim >= 2 && r.head_dim <= kMaxHeadDim,
+           "head_dim " + std::to_string(r.head_dim) + " is outside what the kernels support (2.." +
+               std::to_string(kMaxHeadDim) + ")");
       break;
     case OpKind::Attention:
       need(section == Section::Layer, "attention must be in the layer loop (its KV cache is per layer)");
-      need(n_in == 3 && f32(r.in[0]) && f32(r.in[1]) && f32(r.in[2]), "inputs must be F32 Q, K, V");
-      need(r.head_dim >= 1 && r.head_dim <= kMaxHeadDim && r.n_heads >= 1 && r.n_heads_kv >= 1 &&
-               r.n_heads % r.n_heads_kv == 0,
-           "heads must be a multiple of kv heads");
-      need(r.in[0].cols == r.n_heads * r.head_dim, "Q width must be heads x head_dim");
-      need(r.in[1].cols == r.n_heads_kv * r.head_dim && r.in[2].cols == r.in[1].cols && r.in[1].cols == bound.kv_dim,
-           "K and V widths must be kv heads x head_dim = the program's kv_dim");
-      need(r.in[0].rows == n && r.in[1].rows == n && r.in[2].rows == n, "Q, K and V need one row per token");
-      need(f32(r.out) && r.out.cols == r.in[0].cols && r.out.rows == r.in[0].rows, "output must match Q");
+      need(r.head_dim >= 1 && r.head_dim <= kMaxHeadDim,
+           "head_dim " + std::to_string(r.head_dim) + " is outside what the kernels support (1.." +
+               std::to_string(kMaxHeadDim) + ")");
+      need(r.in[1].cols == bound.kv_dim, "K and V widths must equal the program's kv_dim");
       break;
-    case OpKind::Add:
-    case OpKind::SiluMul:
-      need(n_in == 2 && f32(r.in[0]) && f32(r.in[1]) && r.in[0].cols == r.in[1].cols && r.in[0].rows == r.in[1].rows,
-           "two F32 inputs of one shape");
-      need(f32(r.out) && r.out.cols == r.in[0].cols && r.out.rows == r.in[0].rows, "output must match the inputs");
-      break;
-    case OpKind::Mul:
-      need((n_in == 2 && op.weights.empty() && f32(r.in[0]) && f32(r.in[1]) && r.in[1].cols == r.in[0].cols &&
-            r.in[1].rows == r.in[0].rows) ||
-               (n_in == 1 && op.weights.size() == 1 && f32(r.in[0]) &&
-                weight_rows_ok(op.weights[0], DType::F32, r.in[0].cols)),
-           "two F32 inputs of one shape, or one and an F32 weight row");
-      need(f32(r.out) && r.out.cols == r.in[0].cols && r.out.rows == r.in[0].rows, "output must match the input");
-      break;
-    case OpKind::Silu:
-    case OpKind::Softmax:
-      need(n_in == 1 && f32(r.in[0]), "input must be F32");
-      need(f32(r.out) && r.out.cols == r.in[0].cols && r.out.rows == r.in[0].rows, "output must match the input");
-      break;
-    case OpKind::TakeLast:
-      need(n_in == 1 && f32(r.in[0]) && r.in[0].rows == n, "input must be F32 with one row per token");
-      need(f32(r.out) && r.out.cols == r.in[0].cols, "output must be F32 of the input's width");
-      break;
+    default: break;
   }
 }
 
@@ -497,7 +537,7 @@ void Session::Impl::run_op(const ROp& r, Section section, size_t index, int64_t 
     case OpKind::Mul:
     case OpKind::Silu:
     case OpKind::SiluMul: {
-      const float* w = op.kind == OpKind::Mul && !op.weights.empty()
+      const float* w = !op.weights.empty()
                            ? reinterpret_cast<const float*>(tensor(op.weights[0], layer)->data)
                            : nullptr;
       const int64_t cols = r.in[0].cols;
