@@ -1090,22 +1090,24 @@ class Sema {
         case ArgKind::Choice: break;
       }
     }
-    if (sig->op->per_layer_state) {
-      if (!in_loop_) {
-        error(c.callee_range, quoted(c.callee) + " must be inside the layer loop (it keeps state per layer)");
-        ok = false;
-      } else if (++per_layer_ops_[sig->op->name] > 1) {
-        error(c.callee_range, quoted(c.callee) + " appears twice in the layer loop (it keeps one state per layer)");
-        ok = false;
-      }
-    }
     if (!ok) return unknown(c);
     std::vector<const Expr*> operands;
     std::map<std::string, const Expr*> attrs;
     for (const ops::OperandSpec& o : sig->op->operands) operands.push_back(c.find(o.name));
     for (const ops::AttrSpec& a : sig->op->attrs)
       if (const Expr* e = c.find(a.name)) attrs[a.name] = e;
-    return apply_rule(c, *sig->op, operands, attrs, !scalars_ok);
+    ExprType t = apply_rule(c, *sig->op, operands, attrs, !scalars_ok);
+    if (t.kind != ValueKind::Unknown && sig->op->per_layer_state) {
+      if (!in_loop_) {
+        error(c.callee_range, quoted(c.callee) + " must be inside the layer loop (it keeps state per layer)");
+        return unknown(c);
+      }
+      if (++per_layer_ops_[sig->op->name] > 1) {
+        error(c.callee_range, quoted(c.callee) + " appears twice in the layer loop (it keeps one state per layer)");
+        return unknown(c);
+      }
+    }
+    return t;
   }
 
   void warn_unused_weights() {

@@ -105,9 +105,9 @@ std::optional<Verdict> need_token_rows(const OpCall& c, int i, const char* op, c
 Verdict embed(const OpCall& c) {
   const TensorType& table = c.operands[0];
   const TensorType& ids = c.operands[1];
-  if (table.shape.size() != 2) return at_operand(0, "'embed' needs a 2-D table, found " + table.str());
+  if (table.shape.size() != 2) return at_operand(0, "embed needs a 2-D table, found " + table.str());
   if (ids.dtype != DType::I32 || ids.shape.size() != 1)
-    return at_operand(1, "'embed' needs i32 token ids [N], found " + ids.str());
+    return at_operand(1, "embed needs i32 token ids [N], found " + ids.str());
   return ok({DType::F32, {ids.shape[0], table.shape[1]}});
 }
 
@@ -116,7 +116,7 @@ Verdict rms_norm_to(const OpCall& c, DType out) {
   const TensorType& x = c.operands[0];
   const TensorType& w = c.operands[1];
   if (w.dtype != DType::F32 || w.shape.size() != 1 || !eq(c, w.shape[0], x.shape[1]))
-    return at_operand(1, "the weight of 'rms_norm' must be f32[" + x.shape[1].text + "] to match " + x.str() +
+    return at_operand(1, "rms_norm weight must be f32[" + x.shape[1].text + "] to match " + x.str() +
                              ", found " + w.str() + (w.shape.size() == 1 ? hint(c, w.shape[0], x.shape[1]) : ""));
   return ok({out, x.shape});
 }
@@ -149,7 +149,7 @@ Verdict matmul(const OpCall& c) {
     int at = static_cast<int>(i + 1);
     if (w.shape.size() != 2) return at_operand(at, "'matmul' needs a 2-D weight [rows, row_length], found " + w.str());
     if (!eq(c, w.shape[1], x.shape[1]))
-      return at_operand(at, "'matmul' shapes do not match: " + x.str() + " times " + w.str() + " (row length " +
+      return at_op("matmul shapes do not match: " + x.str() + " times " + w.str() + " (row length " +
                                 x.shape[1].text + " vs " + w.shape[1].text + ")" + hint(c, x.shape[1], w.shape[1]));
     if (has_bias) {
       const TensorType& b = c.biases[i];
@@ -212,19 +212,17 @@ Verdict attention(const OpCall& c) {
 
 // add, mul: two activations of one type, or an activation and a weight row
 // broadcast over its rows (in either order).
-Verdict elementwise(const OpCall& c, const char* op) {
-  if (c.is_weight[0] && c.is_weight[1]) return at_op(std::string("'") + op + "' cannot combine two weights");
+Verdict elementwise(const OpCall& c, const char* verb) {
+  if (c.is_weight[0] && c.is_weight[1]) return at_op(std::string("cannot ") + verb + " two weights");
   int act = c.is_weight[0] ? 1 : 0, other = 1 - act;
   const TensorType& a = c.operands[static_cast<size_t>(act)];
   const TensorType& b = c.operands[static_cast<size_t>(other)];
-  if (a.dtype != DType::F32 || b.dtype != DType::F32)
-    return at_operand(a.dtype != DType::F32 ? act : other, std::string("'") + op + "' needs f32 operands, found " +
-                                                                a.str() + " and " + b.str());
-  if (a.shape.size() != 2) return at_operand(act, std::string("'") + op + "' needs an f32 [rows, columns] tensor, found " + a.str());
+  std::string both = std::string("cannot ") + verb + " " + c.operands[0].str() + " and " + c.operands[1].str();
+  if (a.dtype != DType::F32 || b.dtype != DType::F32) return at_op(both + ": both must be f32");
+  if (a.shape.size() != 2) return at_operand(act, std::string("cannot ") + verb + " " + a.str() + ": an activation is f32[rows, columns]");
   if (c.is_weight[static_cast<size_t>(other)]) {
     if (b.shape.size() != 1 || !eq(c, b.shape[0], a.shape[1]))
-      return at_operand(other, std::string("'") + op + "' broadcasts a weight row f32[" + a.shape[1].text + "] over " +
-                                   a.str() + ", found " + b.str() +
+      return at_operand(other, both + ": a weight must be a row f32[" + a.shape[1].text + "] (broadcast over the rows)" +
                                    (b.shape.size() == 1 ? hint(c, b.shape[0], a.shape[1]) : ""));
     return ok(a);
   }
@@ -232,12 +230,12 @@ Verdict elementwise(const OpCall& c, const char* op) {
     std::string why;
     if (a.shape.size() == b.shape.size())
       for (size_t i = 0; i < a.shape.size() && why.empty(); ++i) why = hint(c, a.shape[i], b.shape[i]);
-    return at_op(std::string("'") + op + "': shapes do not match: " + a.str() + " and " + b.str() + why);
+    return at_op(both + ": shapes do not match" + why);
   }
   return ok(a);
 }
 Verdict add(const OpCall& c) { return elementwise(c, "add"); }
-Verdict mul(const OpCall& c) { return elementwise(c, "mul"); }
+Verdict mul(const OpCall& c) { return elementwise(c, "multiply"); }
 
 Verdict same_as_input(const OpCall& c, const char* op) {
   if (auto e = need_activation(c, 0, op, "x")) return *e;

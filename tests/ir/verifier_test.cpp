@@ -48,7 +48,7 @@ TEST(Verifier, AcceptsValidIr) { EXPECT_EQ(verify(parse_module(kValid)), std::ve
 
 TEST(Verifier, RejectsWrongMatmulShapes) {
   EXPECT_EQ(first_problem("%6 = matmul %5, @down[l]", "%6 = matmul %5, @up[l]"),
-            "matmul: @up has rows of n_embd elements but the input has n_ff columns");
+            "matmul: matmul shapes do not match: f32[N, n_ff] times q8_0[n_ff, n_embd] (row length n_ff vs n_embd)");
   EXPECT_EQ(first_problem("-> f32[1, n_vocab]\n  return", "-> f32[1, n_embd]\n  return"),
             "matmul: result is f32[1, n_embd] but the operands give f32[1, n_vocab]");
 }
@@ -57,7 +57,7 @@ TEST(Verifier, RejectsBadEpilogues) {
   EXPECT_EQ(first_problem("{epilogue = bias(@bias[l])}", "{epilogue = bias}"), "matmul: epilogue bias needs one bias per weight");
   EXPECT_EQ(first_problem("{epilogue = residual(%3)}", "{epilogue = residual}"), "matmul: epilogue residual needs residual");
   EXPECT_EQ(first_problem("{epilogue = bias(@bias[l])}", "{epilogue = bias(@norm[l])}"),
-            "matmul: bias @norm must be f32[n_ff]");
+            "matmul: a bias of 'matmul' must be f32[n_ff], found f32[n_embd]");
 }
 
 TEST(Verifier, RejectsLayerWeightMisuse) {
