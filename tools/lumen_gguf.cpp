@@ -1,7 +1,7 @@
 // lumen-gguf: inspect GGUF files and synthesize random Qwen2 models.
 //   lumen-gguf info FILE [--all]
 //   lumen-gguf tokenize FILE TEXT [--bos] [--parse-special]
-//   lumen-gguf synth -o FILE [--preset tiny|qwen2.5-0.5b] [--n-embd N] ... [--seed N] [--tied] [--vocab-from FILE]
+//   lumen-gguf synth -o FILE [--preset tiny|tiny-wide-heads|qwen2.5-0.5b] [--n-embd N] ... [--seed N] [--tied] [--vocab-from FILE]
 // Every failure is one line `lumen-gguf: error: ...` on stderr and exit code 1
 // (`lumen-gguf: internal error: ...` and exit code 70 for a bug in Lumen).
 #include <unistd.h>
@@ -50,7 +50,7 @@ std::string find_default_vocab() {
 struct SynthFlags {
   std::string output;
   std::string preset = "tiny";
-  std::optional<uint32_t> n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
+  std::optional<uint32_t> n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx;
   std::optional<uint64_t> seed;
   bool tied = false;
   std::string vocab_from;
@@ -65,6 +65,7 @@ int run_synth(const SynthFlags& flags) {
   apply(config.n_layer, flags.n_layer);
   apply(config.n_head, flags.n_head);
   apply(config.n_head_kv, flags.n_head_kv);
+  apply(config.head_dim, flags.head_dim);
   apply(config.n_ff, flags.n_ff);
   apply(config.n_vocab, flags.n_vocab);
   apply(config.n_ctx, flags.n_ctx);
@@ -129,12 +130,13 @@ int main(int argc, char** argv) {
   SynthFlags synth_flags;
   CLI::App* synth = app.add_subcommand("synth", "Write a random Qwen2 model (Q8_0 weights, F32 norms and biases)");
   synth->add_option("-o,--output", synth_flags.output, "Output GGUF file")->required();
-  synth->add_option("--preset", synth_flags.preset, "Model shape: tiny or qwen2.5-0.5b")
-      ->check(CLI::IsMember({"tiny", "qwen2.5-0.5b"}));
+  synth->add_option("--preset", synth_flags.preset, "Model shape: tiny, tiny-wide-heads or qwen2.5-0.5b")
+      ->check(CLI::IsMember({"tiny", "tiny-wide-heads", "qwen2.5-0.5b"}));
   synth->add_option("--n-embd", synth_flags.n_embd, "Embedding length");
   synth->add_option("--n-layer", synth_flags.n_layer, "Number of layers");
   synth->add_option("--n-head", synth_flags.n_head, "Attention heads");
   synth->add_option("--n-head-kv", synth_flags.n_head_kv, "KV heads");
+  synth->add_option("--head-dim", synth_flags.head_dim, "Width of one head (default n_embd / n_head)");
   synth->add_option("--n-ff", synth_flags.n_ff, "Feed-forward length");
   synth->add_option("--n-vocab", synth_flags.n_vocab, "Vocabulary size (rows of token_embd)");
   synth->add_option("--n-ctx", synth_flags.n_ctx, "Context length");

@@ -139,7 +139,42 @@ class Planner {
         break;
       default: break;
     }
+    if (auto slot = carried_slot(op)) {
+      place_value(r, *slot);
+      return;
+    }
     place_value(r, Slot{new_buffer(r), Dim::constant(0)});
+  }
+
+  // An elementwise op in the layer loop writes its result in place of a
+  // carried value of the same type when everything stored there is dead by
+  // then (or is read by this op at the same column): the carried value then
+  // keeps one buffer across iterations whatever op updates it (`x = x * y`,
+  // not only a residual matmul), with no copy.
+  std::optional<Slot> carried_slot(const ir::Op& op) const {
+    if (!f_.loop) return std::nullopt;
+    switch (op.kind) {
+      case ir::OpKind::Add:
+      case ir::OpKind::Mul:
+      case ir::OpKind::Silu:
+      case ir::OpKind::SiluMul: break;
+      default: return std::nullopt;
+    }
+    const int at = def_.at(op.result);
+    if (at <= loop_begin_ || at >= loop_end_) return std::nullopt;
+    for (const auto& c : f_.loop->carried) {
+      if (!(f_.type(c.arg) == f_.type(op.result))) continue;
+      const Slot& target = slots_.at(c.arg);
+      bool free = true;
+      for (ValueId v : buffers_[static_cast<size_t>(target.buffer)].values) {
+        if (last_use(v) < at) continue;
+        free = free && last_use(v) == at &&
+               std::find(op.operands.begin(), op.operands.end(), v) != op.operands.end() &&
+               slots_.at(v).col_offset == target.col_offset;
+      }
+      if (free) return target;
+    }
+    return std::nullopt;
   }
 
   void assign_buffers() {

@@ -230,8 +230,14 @@ void check_config(const SynthConfig& c) {
           "every dimension must be positive");
   require(c.n_embd % kQ8Block == 0, "n_embd must be a multiple of 32 (Q8_0 rows)");
   require(c.n_ff % kQ8Block == 0, "n_ff must be a multiple of 32 (Q8_0 rows)");
-  require(c.n_embd % c.n_head == 0, "n_embd must be a multiple of n_head");
-  require((c.n_embd / c.n_head) % 2 == 0, "the head dimension must be even (rope rotates pairs)");
+  if (c.head_dim == 0) {
+    require(c.n_embd % c.n_head == 0, "n_embd must be a multiple of n_head");
+    require((c.n_embd / c.n_head) % 2 == 0, "the head dimension must be even (rope rotates pairs)");
+  } else {
+    require(c.head_dim % 2 == 0, "the head dimension must be even (rope rotates pairs)");
+    require(c.n_head * c.head_dim % kQ8Block == 0 && c.n_head_kv * c.head_dim % kQ8Block == 0,
+            "n_head * head_dim and n_head_kv * head_dim must be multiples of 32 (Q8_0 rows)");
+  }
   require(c.n_head % c.n_head_kv == 0, "n_head must be a multiple of n_head_kv");
 }
 
@@ -242,6 +248,11 @@ SynthConfig synth_preset(std::string_view preset) {
   if (preset == "tiny") {
     c.name = "lumen synthetic qwen2 tiny";
     return c;  // the defaults are the shape of the reference tiny-qwen2-a
+  }
+  if (preset == "tiny-wide-heads") {
+    c.name = "lumen synthetic qwen2 tiny wide heads";
+    c.head_dim = 64;  // n_head * head_dim = 256 != n_embd = 128
+    return c;
   }
   if (preset == "qwen2.5-0.5b") {
     c.name = "lumen synthetic qwen2.5-0.5b";
@@ -254,7 +265,7 @@ SynthConfig synth_preset(std::string_view preset) {
     c.n_ctx = 32768;
     return c;
   }
-  throw std::invalid_argument(fmt::format("unknown preset '{}' (known: tiny, qwen2.5-0.5b)", preset));
+  throw std::invalid_argument(fmt::format("unknown preset '{}' (known: tiny, tiny-wide-heads, qwen2.5-0.5b)", preset));
 }
 
 std::string default_vocab_path(const std::string& source_dir) {
@@ -278,6 +289,10 @@ void synthesize(const SynthConfig& c, const std::string& path) {
   out.set_u32("qwen2.block_count", c.n_layer);
   out.set_u32("qwen2.attention.head_count", c.n_head);
   out.set_u32("qwen2.attention.head_count_kv", c.n_head_kv);
+  if (c.head_dim != 0) {
+    out.set_u32("qwen2.attention.key_length", c.head_dim);
+    out.set_u32("qwen2.attention.value_length", c.head_dim);
+  }
   out.set_f32("qwen2.rope.freq_base", c.rope_freq_base);
   out.set_f32("qwen2.attention.layer_norm_rms_epsilon", c.rms_eps);
   out.set_u32("general.file_type", kFileTypeQ8_0);
@@ -289,7 +304,9 @@ void synthesize(const SynthConfig& c, const std::string& path) {
   }
 
   const int64_t n_embd = c.n_embd;
-  const int64_t n_kv = static_cast<int64_t>(c.n_embd / c.n_head * c.n_head_kv);
+  const int64_t head_dim = c.head_dim != 0 ? c.head_dim : c.n_embd / c.n_head;
+  const int64_t n_q = head_dim * c.n_head;
+  const int64_t n_kv = head_dim * c.n_head_kv;
   const float s_embd = 1.0f / std::sqrt(static_cast<float>(c.n_embd));
   const float s_ff = 1.0f / std::sqrt(static_cast<float>(c.n_ff));
   const Init norm{1.0f, 0.1f}, bias{0.0f, 0.05f};
@@ -305,13 +322,13 @@ void synthesize(const SynthConfig& c, const std::string& path) {
   for (uint32_t l = 0; l < c.n_layer; ++l) {
     const std::string blk = fmt::format("blk.{}.", l);
     vector(blk + "attn_norm.weight", n_embd, norm);
-    matrix(blk + "attn_q.weight", n_embd, n_embd, s_embd);
-    vector(blk + "attn_q.bias", n_embd, bias);
+    matrix(blk + "attn_q.weight", n_embd, n_q, s_embd);
+    vector(blk + "attn_q.bias", n_q, bias);
     matrix(blk + "attn_k.weight", n_embd, n_kv, s_embd);
     vector(blk + "attn_k.bias", n_kv, bias);
     matrix(blk + "attn_v.weight", n_embd, n_kv, s_embd);
     vector(blk + "attn_v.bias", n_kv, bias);
-    matrix(blk + "attn_output.weight", n_embd, n_embd, s_embd);
+    matrix(blk + "attn_output.weight", n_q, n_embd, 1.0f / std::sqrt(static_cast<float>(n_q)));
     vector(blk + "ffn_norm.weight", n_embd, norm);
     matrix(blk + "ffn_gate.weight", n_embd, c.n_ff, s_embd);
     matrix(blk + "ffn_up.weight", n_embd, c.n_ff, s_embd);

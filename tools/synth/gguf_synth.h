@@ -20,6 +20,10 @@ struct SynthConfig {
   uint32_t n_head = 4;
   uint32_t n_head_kv = 2;
   uint32_t n_ff = 352;
+  // Per-head width; 0 means n_embd / n_head. Otherwise written as
+  // {arch}.attention.key_length and value_length, and Q is n_head * head_dim
+  // wide (as in Qwen3 and Gemma, where that differs from n_embd).
+  uint32_t head_dim = 0;
   uint32_t n_vocab = 151936;
   uint32_t n_ctx = 4096;
   float rope_freq_base = 1e6f;
@@ -32,7 +36,8 @@ struct SynthConfig {
   unsigned n_threads = 2;  // quantization threads
 };
 
-// "tiny" (the shape of the reference tiny-qwen2-a) or "qwen2.5-0.5b".
+// "tiny" (the shape of the reference tiny-qwen2-a), "tiny-wide-heads" (tiny
+// with head_dim 64: Q is 256 wide, n_embd 128) or "qwen2.5-0.5b".
 // Throws std::invalid_argument for other names.
 SynthConfig synth_preset(std::string_view preset);
 
