@@ -435,7 +435,9 @@ TEST_F(CliVerdict, CheckDumpIrAndCompileAgreeOnASample) {
   }
   EXPECT_EQ(accepted, 4);
   EXPECT_EQ(rejected, 4);
-  if (have_gguf) EXPECT_GT(ran, 0);
+  if (have_gguf) {
+    EXPECT_GT(ran, 0);
+  }
 }
 
 // n_embd != n_head * head_dim (Qwen3, Gemma): the program compiles, binds to
