@@ -376,8 +376,6 @@ class AstLowering {
         op.set_attr("heads", Attr::of_dim(heads));
         op.set_attr("kv_heads", Attr::of_dim(kv ? dim(*kv) : heads));
         op.set_attr("dim", Attr::of_dim(dim(arg(*call, "dim"))));
-        if (const ast::Expr* scale = call->find("scale"))
-          error(scale->range, "attention's scale is fixed to 1/sqrt(dim) in this version; remove the argument");
         break;
       }
       default: error(e.range, quoted(call->callee) + " is not a tensor operation");
