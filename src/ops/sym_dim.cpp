@@ -138,9 +138,9 @@ bool Poly::divisible_by_term(const Poly& divisor) const {
     if (c.den != 1 || c.num % dc.num != 0) return false;
     for (const auto& [atom, e] : m)
       if (e < 0) return false;
-    for (const auto& [atom, e] : dm) {
-      auto it = std::find_if(m.begin(), m.end(), [&](const auto& p) { return p.first == atom; });
-      if (e < 0 || it == m.end() || it->second < e) return false;
+    for (const auto& factor : dm) {  // (not a structured binding: clang 14 cannot capture one)
+      auto it = std::find_if(m.begin(), m.end(), [&](const auto& p) { return p.first == factor.first; });
+      if (factor.second < 0 || it == m.end() || it->second < factor.second) return false;
     }
   }
   return true;
