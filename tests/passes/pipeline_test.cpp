@@ -448,10 +448,11 @@ std::string infer_error(const std::string& text) {
 }
 
 TEST(InferShapes, ReportsMismatchesNamingTheOp) {
-  EXPECT_EQ(infer_error(kMismatch), "infer_shapes: add: cannot combine f32[N, n_embd] and f32[N, n_ff]");
+  // The messages are the op table's (the same as sema's for the DSL).
+  EXPECT_EQ(infer_error(kMismatch), "infer_shapes: add: cannot add f32[N, n_embd] and f32[N, n_ff]: shapes do not match");
   EXPECT_EQ(infer_error(replaced(kMismatch, "%3 = matmul %2, @down", "%3 = matmul %2, @up")),
-            "infer_shapes: matmul: cannot multiply f32[N, n_ff] by @up q8_0[n_ff, n_embd] (row lengths n_ff and n_embd "
-            "differ)");
+            "infer_shapes: matmul: matmul shapes do not match: f32[N, n_ff] times q8_0[n_ff, n_embd] (row length n_ff "
+            "vs n_embd)");
   EXPECT_EQ(infer_error(replaced(kMismatch, "%4 = add %3, %2 : (?, ?) -> ?", "%4 = silu %1 : (?) -> f32[N, n_ff]")),
             "infer_shapes: silu result is declared f32[N, n_ff] but computes f32[N, n_embd]");
 }
