@@ -175,7 +175,10 @@ std::string to_string(const Expr& e) {
   return "?";
 }
 
-std::string to_string(const Dim& d) { return d.expr ? to_string(*d.expr) : std::to_string(d.constant); }
+std::string to_string(const Dim& d) {
+  if (d.expr) return to_string(*d.expr);
+  return d.derived ? d.derived->text : std::to_string(d.constant);
+}
 
 std::string to_string(const TensorType& t) {
   std::string s = std::string(to_string(t.dtype)) + "[";

@@ -288,6 +288,7 @@ class Sema {
   }
 
   ops::ShapeDim shape_dim(const Dim& d) const {
+    if (!d.expr && d.derived) return *d.derived;
     if (!d.expr) return ops::ShapeDim::of(d.constant);
     return {sym(*d.expr), to_string(*d.expr)};
   }
@@ -794,7 +795,7 @@ class Sema {
   static TensorType type_of(const TypeExpr& t) {
     TensorType r;
     r.dtype = t.dtype;
-    for (auto& d : t.dims) r.dims.push_back(Dim{d.get(), 0});
+    for (auto& d : t.dims) r.dims.push_back(Dim{d.get(), 0, nullptr});
     return r;
   }
 
@@ -992,17 +993,17 @@ class Sema {
     return unknown(at);
   }
 
-  // The AST dim of an operand whose canonical form and text match `d`;
-  // the constant when `d` is one.
+  // The AST dim of an operand or attribute spelled as `d` (so that later
+  // messages print source text); else a constant, else `d` itself.
   Dim dim_for(const ops::ShapeDim& d, const std::vector<const Expr*>& args,
               const std::map<std::string, const Expr*>& attr_args) const {
     for (const Expr* a : args)
       for (const Dim& x : a->type.tensor.dims)
-        if (!x.expr ? d.text == std::to_string(x.constant) : to_string(*x.expr) == d.text) return x;
+        if (to_string(x) == d.text) return x;
     for (const auto& [name, e] : attr_args)
-      if (to_string(*e) == d.text) return Dim{e, 0};
-    auto c = d.sym.as_constant();
-    return Dim{nullptr, c ? *c : 0};
+      if (to_string(*e) == d.text) return Dim{e, 0, nullptr};
+    if (auto c = d.sym.as_constant(); c && std::to_string(*c) == d.text) return Dim{nullptr, *c, nullptr};
+    return Dim{nullptr, 0, std::make_shared<const ops::ShapeDim>(d)};
   }
 
   // a + b, a * b: the table's add and mul (f32 tensors of one shape, or a

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "lumen/common/diagnostics.h"
+#include "lumen/ops/op_table.h"
 
 namespace lumen::dsl::ast {
 
@@ -43,6 +44,10 @@ struct Expr;
 struct Dim {
   const Expr* expr = nullptr;
   int64_t constant = 1;
+  // A dim an op's type rule computes that no source expression spells (a
+  // product or sum of operand dims): its canonical form and text. Set only
+  // when `expr` is null; then `constant` is unused.
+  std::shared_ptr<const ops::ShapeDim> derived;
 };
 
 struct TensorType {
