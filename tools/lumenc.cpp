@@ -121,6 +121,7 @@ std::string arena_report(const lumen::ir::Module& m, const std::map<std::string,
 lumen::Isa parse_target(const std::string& target) {
   if (target == "avx512-vnni") return lumen::Isa::Avx512Vnni;
   if (target == "avx512") return lumen::Isa::Avx512;
+  if (target == "avx-vnni") return lumen::Isa::AvxVnni;
   if (target == "avx2") return lumen::Isa::Avx2;
   return lumen::best_isa(lumen::cpu_features());  // "native"
 }
@@ -185,8 +186,8 @@ int main(int argc, char** argv) {
   auto* compile = app.add_subcommand("compile", "Compile to model.so (kernels for one x86-64 target).");
   compile->add_option("FILE", file, "the model program (.dsl)")->required();
   compile->add_option("-o,--output", output, "the shared object to write")->required();
-  compile->add_option("--target", target, "avx512-vnni, avx512, avx2, or native (this CPU's best)")
-      ->check(CLI::IsMember({"avx512-vnni", "avx512", "avx2", "native"}));
+  compile->add_option("--target", target, "avx512-vnni, avx512, avx-vnni, avx2, or native (this CPU's best)")
+      ->check(CLI::IsMember({"avx512-vnni", "avx512", "avx-vnni", "avx2", "native"}));
   compile->footer("Example: lumenc compile dsl/qwen2.dsl -o qwen2.so --target avx2\n");
 
   try {

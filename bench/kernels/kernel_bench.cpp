@@ -230,7 +230,7 @@ int main(int argc, char** argv) {
   double window_ms = 20;
   std::string sweep;
   int64_t cold_bytes = int64_t(512) << 20;
-  app.add_option("--isa", isa_name, "avx512-vnni, avx512 or avx2 (default: best for this CPU)");
+  app.add_option("--isa", isa_name, "avx512-vnni, avx512, avx-vnni or avx2 (default: best for this CPU)");
   app.add_option("--threads", thread_counts, "thread counts to run")->delimiter(',');
   app.add_option("--tile", gemm_tile, "GEMM register tile, m<M>n<N> (default: the schedule pass's)");
   app.add_option("--tokens-per-task", tokens_per_task, "GEMM tokens per kernel call");
@@ -253,14 +253,14 @@ int main(int argc, char** argv) {
   }
   if (!isa_name.empty()) {
     bool known = false;
-    for (Isa candidate : {Isa::Avx512Vnni, Isa::Avx512, Isa::Avx2}) {
+    for (Isa candidate : kAllIsas) {
       if (isa_name == to_string(candidate)) {
         isa = candidate;
         known = true;
       }
     }
     if (!known) {
-      fmt::print(stderr, "lumen-bench-kernels: unknown --isa '{}' (avx512-vnni, avx512, avx2)\n", isa_name);
+      fmt::print(stderr, "lumen-bench-kernels: unknown --isa '{}' (avx512-vnni, avx512, avx-vnni, avx2)\n", isa_name);
       return 1;
     }
     if ((cpu_features() & required_features(isa)) != required_features(isa)) {

@@ -12,8 +12,8 @@ KernelShape kernel_shape(Isa isa, const program::KernelId& kernel) {
   LUMEN_ASSERT(program::is_valid(kernel, &why), "kernel " + program::to_string(kernel) + ": " + why);
   // Accumulators (one int + one float vector per packed group, vector half and
   // token) must fit beside the temporaries: see generate_matmul_kernel.
-  const int64_t halves = isa == Isa::Avx2 ? 2 : 1;
-  const int64_t max_acc = isa == Isa::Avx512Vnni ? 14 : isa == Isa::Avx512 ? 13 : 5;
+  const int64_t halves = is_ymm_isa(isa) ? 2 : 1;
+  const int64_t max_acc = max_accumulators(isa);
   const int64_t mult = kernel.epilogue == program::Epilogue::SiluMul ? 2 : 1;
   // One pointer register per packed group and per token, 12 in all.
   constexpr int64_t kMaxPackedGroups = 4;

@@ -16,7 +16,10 @@
 //                -128*sum(x) (ActBlock::sum);
 //   avx512:      |w| (u8) x (x negated where w < 0) with vpmaddubsw (cannot
 //                saturate: 2*128*127 < 32768), then vpmaddwd by ones;
-//   avx2:        the same with vpsignb, on the two 8-row halves of a group.
+//   avx2:        the same with vpsignb, on the two 8-row halves of a group;
+//   avx-vnni:    VEX vpdpbusd on the two ymm halves, w+128 as avx512-vnni; no
+//                embedded broadcast in VEX, so each activation dword is
+//                broadcast once into a register for every group and half.
 #include <xbyak/xbyak.h>
 
 #include <bit>
@@ -53,10 +56,11 @@ class MatMulGenerator : public CodeGenerator {
  public:
   MatMulGenerator(Isa isa, const program::KernelId& kernel, const KernelShape& shape)
       : CodeGenerator(1 << 20), isa_(isa), kernel_(kernel), shape_(shape) {
-    avx512_ = isa != Isa::Avx2;
+    avx512_ = !is_ymm_isa(isa);
+    vnni_ = is_vnni_isa(isa);
     halves_ = avx512_ ? 1 : 2;
     mult_ = kernel.epilogue == Epilogue::SiluMul ? 2 : 1;
-    const int64_t max_acc = isa == Isa::Avx512Vnni ? 14 : isa == Isa::Avx512 ? 13 : 5;
+    const int64_t max_acc = max_accumulators(isa);
     // kernel_shape() clamps every tile to the register file; the benchmark's
     // explicit shapes must respect it too.
     LUMEN_ASSERT(shape.groups >= 1 && shape.tokens >= 1 && shape.groups * mult_ + shape.tokens <= kPointerRegs &&
@@ -80,10 +84,14 @@ class MatMulGenerator : public CodeGenerator {
   Xmm zero() const { return vec(2 * max_acc() + 5); }
   // VNNI tiles of several groups broadcast each activation dword once into a
   // register and reuse it for every group, when the registers allow.
+  // AVX-VNNI always does (VEX has no {1to8}): its x registers overlay tmp_s,
+  // tmp_t and tmp_x, which the dot products leave free (tc <= 3, as
+  // 2 * tc <= max_accumulators).
   bool x_in_regs(int pc, int tc) const {
+    if (isa_ == Isa::AvxVnni) return true;
     return isa_ == Isa::Avx512Vnni && pc > 1 && 2 * max_acc() + 4 + tc <= 32;
   }
-  Xmm x_reg(int t) const { return vec(2 * max_acc() + 4 + t); }
+  Xmm x_reg(int t) const { return vec(2 * max_acc() + (isa_ == Isa::AvxVnni ? 1 : 4) + t); }
 
   // Pointer registers: the packed groups of a body take the first ones, its
   // tokens the next ones (a GEMV has 1 token, so it can stream 8 groups).
@@ -251,7 +259,7 @@ class MatMulGenerator : public CodeGenerator {
     }
     const int nacc = pc * int(halves_) * tc;
     for (int a = 0; a < nacc; ++a) vpxor_all(vec(nacc + a));
-    if (isa_ != Isa::Avx512Vnni) {
+    if (!vnni_) {
       // Ones as int16 lanes, for vpmaddwd.
       vpcmpeqw_all(ones());
       vpsrlw(ones(), ones(), 15);
@@ -295,7 +303,7 @@ class MatMulGenerator : public CodeGenerator {
       for (int h = 0; h < halves_; ++h) {
         for (int t = 0; t < tc; ++t) {
           const Xmm acc = vec(acc_index(tc, i, h, t));
-          if (isa_ == Isa::Avx512Vnni) {
+          if (vnni_) {
             vpbroadcastd(acc, dword[token_ptr_[t] + xoff_ + offsetof(ActBlock, sum)]);
           } else {
             vpxor_all(acc);
@@ -321,7 +329,10 @@ class MatMulGenerator : public CodeGenerator {
         for (int h = 0; h < halves_; ++h) {
           const Address w_addr = ptr[group_ptr_[i] + woff_ + qoff + vec_bytes * h];
           const Xmm w = tmp_w();
-          if (isa_ == Isa::Avx512Vnni) {
+          if (isa_ == Isa::AvxVnni) {
+            vmovdqu(w, w_addr);
+            for (int t = 0; t < tc; ++t) vpdpbusd(vec(acc_index(tc, i, h, t)), w, x_reg(t), VexEncoding);
+          } else if (isa_ == Isa::Avx512Vnni) {
             vmovdqu8(w, w_addr);
             for (int t = 0; t < tc; ++t) {
               if (x_in_regs(pc, tc)) {
@@ -502,6 +513,7 @@ class MatMulGenerator : public CodeGenerator {
   program::KernelId kernel_;
   KernelShape shape_;
   bool avx512_ = true;
+  bool vnni_ = true;
   int halves_ = 1;
   int64_t mult_ = 1;
   Label consts_, row_masks_;

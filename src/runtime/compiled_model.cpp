@@ -46,7 +46,7 @@ CompiledModel load_model_so(const std::string& path) {
   model.compiler = abi->compiler ? abi->compiler : "";
   model.required_cpu = abi->required_cpu;
   bool known_target = false;
-  for (Isa isa : {Isa::Avx512Vnni, Isa::Avx512, Isa::Avx2}) {
+  for (Isa isa : kAllIsas) {
     if (model.target == to_string(isa)) {
       model.isa = isa;
       known_target = true;

@@ -52,17 +52,17 @@ uint64_t detect_features() {
 
 }  // namespace
 
-// LUMEN_MAX_CPU_ISA=avx2|avx512|avx512-vnni caps the features reported, as
+// LUMEN_MAX_CPU_ISA=avx2|avx-vnni|avx512|avx512-vnni caps the features reported, as
 // oneDNN's ONEDNN_MAX_CPU_ISA does: it lets one machine run the code paths of
 // an older CPU (and shows how a model.so for a newer one is refused).
 static uint64_t capped_features() {
   uint64_t features = detect_features();
   const char* cap = std::getenv("LUMEN_MAX_CPU_ISA");
   if (cap == nullptr || *cap == '\0') return features;
-  for (Isa isa : {Isa::Avx512Vnni, Isa::Avx512, Isa::Avx2})
+  for (Isa isa : kAllIsas)
     if (std::string_view(cap) == to_string(isa)) return features & required_features(isa);
   throw std::runtime_error(std::string("LUMEN_MAX_CPU_ISA='") + cap +
-                           "' is not one of avx512-vnni, avx512, avx2");
+                           "' is not one of avx512-vnni, avx512, avx-vnni, avx2");
 }
 
 uint64_t cpu_features() {
@@ -92,6 +92,7 @@ const char* to_string(Isa isa) {
   switch (isa) {
     case Isa::Avx512Vnni: return "avx512-vnni";
     case Isa::Avx512: return "avx512";
+    case Isa::AvxVnni: return "avx-vnni";
     case Isa::Avx2: return "avx2";
   }
   return "unknown";
@@ -103,13 +104,14 @@ uint64_t required_features(Isa isa) {
   switch (isa) {
     case Isa::Avx512Vnni: return avx512 | kCpuAvx512vnni;
     case Isa::Avx512: return avx512;
+    case Isa::AvxVnni: return avx2 | kCpuAvxVnni;
     case Isa::Avx2: return avx2;
   }
   return ~uint64_t(0);
 }
 
 Isa best_isa(uint64_t features) {
-  for (Isa isa : {Isa::Avx512Vnni, Isa::Avx512, Isa::Avx2}) {
+  for (Isa isa : kAllIsas) {
     const uint64_t need = required_features(isa);
     if ((features & need) == need) return isa;
   }

@@ -13,7 +13,7 @@ int8_t packed_weight(Isa isa, const uint8_t* group, int64_t k_blocks, int64_t r,
   (void)k_blocks;
   const int64_t b = k / kQ8Block, kk = k % kQ8Block;
   const uint8_t byte = group[b * kPackedBlockBytes + kPackedScaleBytes + (kk / 4) * 64 + r * 4 + kk % 4];
-  return int8_t(isa == Isa::Avx512Vnni ? byte ^ 0x80 : byte);
+  return int8_t(is_vnni_isa(isa) ? byte ^ 0x80 : byte);
 }
 
 uint16_t packed_scale(const uint8_t* group, int64_t k_blocks, int64_t r, int64_t block) {
@@ -39,7 +39,7 @@ void pack_q8_0(Isa isa, const BlockQ8_0* src, int64_t rows, int64_t k, uint8_t* 
     throw std::invalid_argument("pack_q8_0: rows >= 0, k a positive multiple of 32, first_group >= 0");
   }
   const int64_t k_blocks = k / kQ8Block;
-  const uint8_t flip = isa == Isa::Avx512Vnni ? 0x80 : 0x00;
+  const uint8_t flip = is_vnni_isa(isa) ? 0x80 : 0x00;
   const int64_t groups = (rows + kPackRows - 1) / kPackRows;
   for (int64_t g = 0; g < groups; ++g) {
     uint8_t* group = out + (first_group + g) * k_blocks * kPackedBlockBytes;

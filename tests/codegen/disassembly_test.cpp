@@ -49,6 +49,13 @@ TEST(Disassembly, KernelsUseTheirIsa) {
     EXPECT_EQ(avx2.find("vpdpbusd"), std::string::npos) << name;
     EXPECT_EQ(avx2.find("{k"), std::string::npos) << name;  // no EVEX masking
     EXPECT_NE(avx2.find("vpsignb"), std::string::npos) << name;
+    // AVX-VNNI: VEX vpdpbusd on ymm (objdump marks the VEX form "{vex}"), no zmm, no masks.
+    const std::string avx_vnni = disassemble(generate_matmul_kernel(Isa::AvxVnni, kernel));
+    EXPECT_NE(avx_vnni.find("{vex} vpdpbusd"), std::string::npos) << name;
+    EXPECT_NE(avx_vnni.find("ymm"), std::string::npos) << name;
+    EXPECT_EQ(avx_vnni.find("zmm"), std::string::npos) << name;
+    EXPECT_EQ(avx_vnni.find("{k"), std::string::npos) << name;
+    EXPECT_EQ(avx_vnni.find("vpmaddubsw"), std::string::npos) << name;
   }
 }
 

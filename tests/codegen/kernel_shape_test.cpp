@@ -27,6 +27,12 @@ TEST(KernelShape, TilesClampToTheRegisterFile) {
   const KernelShape silu = kernel_shape(Isa::Avx512Vnni, KernelId::gemm(Epilogue::SiluMul, 48, 4));
   EXPECT_EQ(silu.groups, 2);  // gate and up of 2 groups x 3 tokens = 12 accumulators
   EXPECT_EQ(silu.tokens, 3);
+  // AVX-VNNI: 6 pairs of two ymm halves; m48n4 runs as m16n3, the GEMV streams 3 groups.
+  const KernelShape vnni_ymm = kernel_shape(Isa::AvxVnni, KernelId::gemm(Epilogue::None, 48, 4));
+  EXPECT_EQ(vnni_ymm.groups, 1);
+  EXPECT_EQ(vnni_ymm.tokens, 3);
+  EXPECT_EQ(kernel_shape(Isa::AvxVnni, KernelId::gemv(Epilogue::None)).groups, 3);
+  EXPECT_EQ(kernel_shape(Isa::AvxVnni, KernelId::gemv(Epilogue::SiluMul)).groups, 1);
   const KernelShape asked = kernel_shape(Isa::Avx512Vnni, KernelId::gemm(Epilogue::None, 32, 4));
   EXPECT_EQ(asked.groups, 2);
   EXPECT_EQ(asked.tokens, 4);
@@ -49,6 +55,11 @@ TEST(KernelShape, ShapesBeyondTheRegisterFileAreInternalErrors) {
   too_big.groups = 4;
   too_big.tokens = 8;
   EXPECT_THROW((void)generate_matmul_kernel(Isa::Avx2, KernelId::gemm(Epilogue::None, 64, 8), too_big),
+               InternalError);
+  KernelShape seven_pairs;
+  seven_pairs.groups = 1;
+  seven_pairs.tokens = 4;  // 2 halves x 4 tokens = 8 > 6
+  EXPECT_THROW((void)generate_matmul_kernel(Isa::AvxVnni, KernelId::gemm(Epilogue::None, 16, 4), seven_pairs),
                InternalError);
 }
 

@@ -32,7 +32,7 @@ const Epilogue kAllEpilogues[] = {Epilogue::None, Epilogue::Bias, Epilogue::Resi
 
 std::vector<Isa> runnable_isas() {
   std::vector<Isa> isas;
-  for (Isa isa : {Isa::Avx512Vnni, Isa::Avx512, Isa::Avx2}) {
+  for (Isa isa : kAllIsas) {
     if ((cpu_features() & required_features(isa)) == required_features(isa)) isas.push_back(isa);
   }
   return isas;
@@ -366,7 +366,7 @@ TEST(MatMulKernels, NonDefaultShapes) {
       p.kernel = c.kernel;
       p.shape = c.shape;
       p.epilogue = c.kernel.epilogue;
-      if (isa == Isa::Avx2) p.shape = kernel_shape(isa, c.kernel);  // 16 registers only
+      if (is_ymm_isa(isa)) p.shape = kernel_shape(isa, c.kernel);  // 16 registers only
       p.shape.prefetch_bytes = c.shape.prefetch_bytes;
       p.shape.chunk_act_bytes = c.shape.chunk_act_bytes;
       p.m = 150;

@@ -50,6 +50,7 @@ inline MatMulFn reference_kernel_for(Isa isa, program::Epilogue e) {
   switch (isa) {
     case Isa::Avx512Vnni: return reference_kernel_for<Isa::Avx512Vnni>(e);
     case Isa::Avx512: return reference_kernel_for<Isa::Avx512>(e);
+    case Isa::AvxVnni: return reference_kernel_for<Isa::AvxVnni>(e);
     case Isa::Avx2: return reference_kernel_for<Isa::Avx2>(e);
   }
   return nullptr;

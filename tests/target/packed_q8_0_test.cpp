@@ -21,7 +21,7 @@ std::vector<BlockQ8_0> random_rows(int64_t rows, int64_t k, uint32_t seed) {
 }
 
 TEST(WeightPack, SizesArePaddedToTheRowGroup) {
-  for (Isa isa : {Isa::Avx512Vnni, Isa::Avx512, Isa::Avx2}) {
+  for (Isa isa : kAllIsas) {
     EXPECT_EQ(pack_row_group(isa), 16);
     EXPECT_EQ(packed_bytes(isa, 16, 64), 2 * kPackedBlockBytes);
     EXPECT_EQ(packed_bytes(isa, 17, 64), 4 * kPackedBlockBytes);
@@ -33,7 +33,7 @@ TEST(WeightPack, SizesArePaddedToTheRowGroup) {
 TEST(WeightPack, EveryWeightAndScaleRoundTrips) {
   const int64_t rows = 37, k = 96, kb = k / 32;
   const auto src = random_rows(rows, k, 1);
-  for (Isa isa : {Isa::Avx512Vnni, Isa::Avx512, Isa::Avx2}) {
+  for (Isa isa : kAllIsas) {
     std::vector<uint8_t> packed(packed_bytes(isa, rows, k) + kb * kPackedBlockBytes, 0xCD);
     pack_q8_0(isa, src.data(), rows, k, packed.data(), 1);  // at group 1: group 0 untouched
     for (int64_t i = 0; i < kb * kPackedBlockBytes; ++i) ASSERT_EQ(packed[i], 0xCD);

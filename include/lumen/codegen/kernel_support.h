@@ -20,6 +20,18 @@ struct KernelShape {
   int64_t chunk_act_bytes = 256 * 1024;  // token chunk: activations of at most this many bytes, 0 = one chunk
 };
 KernelShape kernel_shape(Isa isa, const program::KernelId& kernel);
+// Accumulator pairs (int + fp32 vector) a register tile may hold beside the
+// generator's temporaries: 32 zmm (VNNI 14, AVX-512 13) or 16 ymm (AVX-VNNI
+// 6: no ones/zero constants; AVX2 5).
+inline int64_t max_accumulators(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512Vnni: return 14;
+    case Isa::Avx512: return 13;
+    case Isa::AvxVnni: return 6;
+    case Isa::Avx2: return 5;
+  }
+  return 5;
+}
 // generate_matmul_kernel with an explicit shape (the benchmark sweeps it).
 std::vector<uint8_t> generate_matmul_kernel(Isa isa, const program::KernelId& kernel, const KernelShape& shape);
 

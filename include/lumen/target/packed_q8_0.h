@@ -16,7 +16,7 @@ namespace lumen {
 // block b holds 16 fp16 scales (row r at 2r) then 512 bytes of quants where
 // byte 32 + 64*j + 4*r + i is weight k = 32b + 4j + i of row r: one 64-byte
 // load gives 4 consecutive k of all 16 rows, one dword per row.
-// Avx512Vnni stores w ^ 0x80 (= w + 128 as u8, for vpdpbusd); the others
+// Avx512Vnni and AvxVnni store w ^ 0x80 (= w + 128 as u8, for vpdpbusd); the others
 // store w as is. Same 34 bytes per 32 weights as GGUF.
 constexpr int64_t kPackRows = 16;
 constexpr int64_t kPackedScaleBytes = 2 * kPackRows;
