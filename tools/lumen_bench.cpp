@@ -1,5 +1,6 @@
 // lumen-bench: llama-bench's pp and tg tests on a compiled model, with a
-// roofline beside each row.
+// ceiling beside each row: tg against the probed read bandwidth, pp against
+// the probed int8 dot-product peak of the model's target ISA.
 //
 // Semantics follow llama-bench: pp<N> is one prompt of N random tokens
 // evaluated as one batch (logits for the last token only); tg<N> is N
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "lumen/common/internal_error.h"
+#include "lumen/target/int8_peak.h"
 #include "lumen/target/membw.h"
 #include "lumen/gguf/gguf.h"
 #include "lumen/runtime/compiled_model.h"
@@ -41,6 +43,12 @@ struct Row {
   double bytes_per_token = 0;   // tg: weight bytes read per token
   double ceiling_ts = 0;        // tg: bandwidth / bytes per token
   double gops = 0;              // pp: matmul GOP/s
+  double int8_peak_gops = 0;    // pp: probed int8 dot-product peak of the target ISA at this thread count
+  // Share of the row's own ceiling: tg of the bandwidth roofline, pp of the int8 peak.
+  double ceiling_pct() const {
+    if (n_gen) return ceiling_ts > 0 ? 100.0 * mean / ceiling_ts : 0.0;
+    return int8_peak_gops > 0 ? 100.0 * gops / int8_peak_gops : 0.0;
+  }
 };
 
 void mean_sd(Row& r) {
@@ -190,6 +198,7 @@ int main(int argc, char** argv) {
       std::vector<Row> rows;
       std::mt19937 rng(1234);
       std::string model_desc, model_size, params;
+      double load_s = 0, pack_s = 0;  // of the first session: what a user waits before the first token
       if (threads.empty()) threads.push_back(0);
       for (int64_t t : threads) {
         lumen::runtime::SessionOptions opt;
@@ -210,8 +219,9 @@ int main(int argc, char** argv) {
           model_desc = model->program.arch + " Q8_0";
           model_size = human_size(bytes);
           params = n_params >= 1e9 ? fmt::format("{:.2f} B", n_params / 1e9) : fmt::format("{:.2f} M", n_params / 1e6);
-          std::fprintf(stderr, "lumen-bench: load %.2f s (pack %.2f s, %s packed), target %s\n",
-                       s.load_stats().load_seconds, s.load_stats().pack_seconds,
+          load_s = s.load_stats().load_seconds;
+          pack_s = s.load_stats().pack_seconds;
+          std::fprintf(stderr, "lumen-bench: load %.2f s (pack %.2f s, %s packed), target %s\n", load_s, pack_s,
                        human_size(double(s.load_stats().packed_bytes)).c_str(), model->target.c_str());
         }
         for (int64_t p : prompts) {
@@ -222,7 +232,10 @@ int main(int argc, char** argv) {
           r.threads = nt;
           const auto tokens = random_tokens(rng, p, s.n_vocab());
           run_pp(s, tokens);  // warm-up
+          // The compute ceiling, probed around the repetitions (a peak: the best probe).
+          r.int8_peak_gops = lumen::measure_int8_peak(model->isa, nt);
           for (int i = 0; i < reps; ++i) r.samples_ts.push_back(double(p) / run_pp(s, tokens));
+          r.int8_peak_gops = std::max(r.int8_peak_gops, lumen::measure_int8_peak(model->isa, nt));
           mean_sd(r);
           r.bandwidth_gbs = bw;
           r.gops = matmul_ops(s, p) * r.mean / double(p) / 1e9;
@@ -264,10 +277,12 @@ int main(int argc, char** argv) {
               "  {\"model\": \"%s\", \"target\": \"%s\", \"test\": \"%s\", \"n_prompt\": %lld, \"n_gen\": %lld, "
               "\"threads\": %d, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"samples_ts\": [%s], "
               "\"bandwidth_gbs\": %.3f, \"bytes_per_token\": %.0f, \"ceiling_ts\": %.4f, \"gops\": %.3f, "
+              "\"int8_peak_gops\": %.3f, \"ceiling_pct\": %.2f, \"load_s\": %.3f, \"pack_s\": %.3f, "
               "\"peak_rss_mib\": %.1f}%s\n",
               model_desc.c_str(), model->target.c_str(), r.test.c_str(), (long long)r.n_prompt, (long long)r.n_gen,
               r.threads, r.mean, r.sd, samples.c_str(), r.bandwidth_gbs, r.bytes_per_token, r.ceiling_ts, r.gops,
-              double(ru.ru_maxrss) / 1024.0, i + 1 < rows.size() ? "," : "");
+              r.int8_peak_gops, r.ceiling_pct(), load_s, pack_s, double(ru.ru_maxrss) / 1024.0,
+              i + 1 < rows.size() ? "," : "");
         }
         std::printf("]\n");
       } else {
@@ -276,13 +291,14 @@ int main(int argc, char** argv) {
         for (const Row& r : rows) {
           const std::string roof =
               r.n_gen ? fmt::format("{:.1f} MB/tok, ceiling {:.2f} t/s, {:.0f}%", r.bytes_per_token / 1e6,
-                                    r.ceiling_ts, 100.0 * r.mean / r.ceiling_ts)
-                      : fmt::format("{:.1f} GOP/s", r.gops);
+                                    r.ceiling_ts, r.ceiling_pct())
+                      : fmt::format("{:.1f} GOP/s, int8 peak {:.0f} GOP/s, {:.0f}%", r.gops, r.int8_peak_gops,
+                                    r.ceiling_pct());
           std::printf("| %s | %s | %s | lumen %s | %d | %s | %.2f ± %.2f | %.1f | %s |\n", model_desc.c_str(),
                       model_size.c_str(), params.c_str(), model->target.c_str(), r.threads, r.test.c_str(), r.mean,
                       r.sd, r.bandwidth_gbs, roof.c_str());
         }
-        std::printf("\npeak RSS %.1f MiB\n", double(ru.ru_maxrss) / 1024.0);
+        std::printf("\nload %.2f s (pack %.2f s), peak RSS %.1f MiB\n", load_s, pack_s, double(ru.ru_maxrss) / 1024.0);
       }
 
       if (profile) {
