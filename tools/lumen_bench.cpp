@@ -26,6 +26,7 @@
 #include "lumen/target/membw.h"
 #include "lumen/gguf/gguf.h"
 #include "lumen/runtime/compiled_model.h"
+#include "lumen/runtime/pack_cache.h"
 #include "lumen/runtime/session.h"
 
 namespace {
@@ -163,7 +164,7 @@ int main(int argc, char** argv) {
       "Example: lumen-bench model.so --gguf model.gguf -p 128,512 -n 128 -t 1,2 -r 5"};
   std::string so_path, gguf_path, p_list = "512", n_list = "128", t_list, format = "md";
   int reps = 5;
-  bool profile = false;
+  bool profile = false, no_pack_cache = false;
   std::string kv = "f16";
   app.add_option("model", so_path, "model.so written by `lumenc compile`")->required();
   app.add_option("--gguf", gguf_path, "GGUF weights")->required();
@@ -174,6 +175,7 @@ int main(int argc, char** argv) {
   app.add_option("-o,--output", format, "output format")->check(CLI::IsMember({"md", "json"}));
   app.add_option("--kv", kv, "KV cache type")->check(CLI::IsMember({"f16", "f32"}));
   app.add_flag("--profile", profile, "after the table, profile one pp and one tg run per op and kernel");
+  app.add_flag("--no-pack-cache", no_pack_cache, "repack the weights instead of using the packed-weight cache");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -206,6 +208,7 @@ int main(int argc, char** argv) {
         opt.n_batch = max_p;
         opt.n_ctx = ((max_p + max_n + 31) / 32) * 32;  // as llama-bench: prompt + generation, padded to 32
         opt.kv_type = kv == "f32" ? lumen::runtime::KvType::F32 : lumen::runtime::KvType::F16;
+        if (!no_pack_cache) opt.pack_cache_dir = lumen::runtime::default_pack_cache_dir();
         Session s(model, gguf_path, opt);
         const int nt = s.n_threads();
         const double bw = lumen::measure_read_bandwidth(size_t(1) << 30, nt, 5);
@@ -221,8 +224,9 @@ int main(int argc, char** argv) {
           params = n_params >= 1e9 ? fmt::format("{:.2f} B", n_params / 1e9) : fmt::format("{:.2f} M", n_params / 1e6);
           load_s = s.load_stats().load_seconds;
           pack_s = s.load_stats().pack_seconds;
-          std::fprintf(stderr, "lumen-bench: load %.2f s (pack %.2f s, %s packed), target %s\n", load_s, pack_s,
-                       human_size(double(s.load_stats().packed_bytes)).c_str(), model->target.c_str());
+          std::fprintf(stderr, "lumen-bench: load %.2f s (pack %.2f s, %s packed, pack cache %s), target %s\n", load_s,
+                       pack_s, human_size(double(s.load_stats().packed_bytes)).c_str(),
+                       s.load_stats().pack_cache.c_str(), model->target.c_str());
         }
         for (int64_t p : prompts) {
           if (p == 0) continue;
@@ -307,6 +311,7 @@ int main(int argc, char** argv) {
         opt.n_batch = max_p;
         opt.n_ctx = ((max_p + std::max<int64_t>(max_n, 1) + 31) / 32) * 32;
         opt.profile = true;
+        if (!no_pack_cache) opt.pack_cache_dir = lumen::runtime::default_pack_cache_dir();
         Session s(model, gguf_path, opt);
         run_pp(s, random_tokens(rng, max_p, s.n_vocab()));
         std::fprintf(stderr, "\nprofile: pp%lld, %d threads\n%s", (long long)max_p, s.n_threads(),

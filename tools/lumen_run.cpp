@@ -22,6 +22,7 @@
 #include "lumen/text/chat.h"
 #include "lumen/gguf/gguf.h"
 #include "lumen/runtime/compiled_model.h"
+#include "lumen/runtime/pack_cache.h"
 #include "lumen/runtime/session.h"
 #include "lumen/runtime/thread_pool.h"
 #include "lumen/runtime/sampler.h"
@@ -41,7 +42,7 @@ struct Options {
   std::string kv = "f16";
   lumen::SamplerParams sampling;
   std::vector<std::string> stops;
-  bool chat = false, interactive = false, profile = false;
+  bool chat = false, interactive = false, profile = false, no_pack_cache = false;
 };
 
 struct RunError : std::runtime_error {
@@ -166,6 +167,7 @@ int run(const Options& o) {
   so.n_threads = o.n_threads.value_or(0);
   so.kv_type = o.kv == "f32" ? lumen::runtime::KvType::F32 : lumen::runtime::KvType::F16;
   so.profile = o.profile;
+  if (!o.no_pack_cache) so.pack_cache_dir = lumen::runtime::default_pack_cache_dir();
   lumen::runtime::Session session(model, o.gguf_path, so);
   lumen::Tokenizer tok = lumen::Tokenizer::from_gguf(session.gguf());
   const double load_seconds = std::chrono::duration<double>(Clock::now() - load_start).count();
@@ -203,9 +205,10 @@ int run(const Options& o) {
   const Stats& st = runner.stats();
   const auto& ls = session.load_stats();
   std::fprintf(stderr,
-               "\nlumen-run: load %.2f s (packing %.2f s, %.0f MiB packed) | %d threads, %s, seed %u\n"
+               "\nlumen-run: load %.2f s (packing %.2f s, %.0f MiB packed, pack cache %s) | %d threads, %s, seed %u\n"
                "lumen-run: prompt %lld tokens, %.2f tok/s | generated %lld tokens, %.2f tok/s\n",
-               load_seconds, ls.pack_seconds, static_cast<double>(ls.packed_bytes) / (1 << 20), session.n_threads(),
+               load_seconds, ls.pack_seconds, static_cast<double>(ls.packed_bytes) / (1 << 20), ls.pack_cache.c_str(),
+               session.n_threads(),
                model->target.c_str(), runner.sampler().seed(), static_cast<long long>(st.prompt_tokens),
                st.prefill_seconds > 0 ? static_cast<double>(st.prompt_tokens) / st.prefill_seconds : 0.0,
                static_cast<long long>(st.generated_tokens),
@@ -250,6 +253,9 @@ int main(int argc, char** argv) {
   app.add_option("--tokenize", o.tokenize_text, "print the token ids of TEXT and exit");
   app.add_option("--dump-logits", o.dump_logits, "write the last prompt position's logits (raw f32) to FILE");
   app.add_flag("--profile", o.profile, "print time per op kind and kernel at the end");
+  app.add_flag("--no-pack-cache", o.no_pack_cache,
+               "repack the weights instead of using the packed-weight cache (LUMEN_CACHE_DIR, else "
+               "$XDG_CACHE_HOME/lumen or ~/.cache/lumen)");
 
   try {
     app.parse(argc, argv);

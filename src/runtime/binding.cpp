@@ -4,6 +4,7 @@
 #include "lumen/runtime/binding.h"
 #include "lumen/target/page_buffer.h"
 
+#include "lumen/runtime/pack_cache.h"
 #include "lumen/runtime/thread_pool.h"
 
 #include <sys/mman.h>
@@ -299,15 +300,53 @@ PackPlan plan_packing(const CompiledModel& model, BoundModel& b) {
   return plan;
 }
 
-// Repacks every planned matmul into one mapping, in parallel pieces.
+// Drops the file pages of [byte0, byte0 + bytes) of a tensor once its rows
+// are packed, unless a non-matmul op reads the tensor in place.
+void release_pages(const PackPlan& plan, bool release_file_pages, const gguf::TensorInfo* t, int64_t byte0,
+                   int64_t bytes) {
+  if (!release_file_pages || plan.kept.count(t) != 0) return;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  uintptr_t begin = (reinterpret_cast<uintptr_t>(t->data + byte0) + page - 1) / page * page;
+  uintptr_t end = reinterpret_cast<uintptr_t>(t->data + byte0 + bytes) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+// The packed bytes are a function of the target's format, the plan (which
+// tensors, in which order, at which offsets) and the tensors' contents.
+// Bump kPackLayoutVersion whenever pack_q8_0 or the plan changes its output.
+constexpr int kPackLayoutVersion = 1;
+
+PackCacheKey pack_cache_key(const CompiledModel& model, const PackPlan& plan, const BoundModel& b,
+                            ThreadPool& pool) {
+  const Program& p = model.program;
+  std::string desc = "lumen packed weights " + std::to_string(kPackLayoutVersion) + " " + model.target + " " +
+                     std::to_string(kPackedBlockBytes) + " " + std::to_string(plan.total_bytes) + "\n";
+  for (const PackJob& job : plan.jobs) {
+    const program::Op& op = p.ops(job.section)[job.op];
+    desc += std::to_string(static_cast<int>(job.section)) + " " + std::to_string(job.op) + " " +
+            std::to_string(job.layer) + " " + std::to_string(job.offset) + " " +
+            std::to_string(static_cast<int>(op.epilogue));
+    for (int wi : op.weights) {
+      const gguf::TensorInfo* t = b.tensor(wi, job.layer);
+      desc += " " + t->name + ":" + std::to_string(t->n_bytes) + ":" +
+              std::to_string(hash_parallel(t->data, t->n_bytes, 0, pool));
+    }
+    desc += "\n";
+  }
+  return PackCacheKey{hash_bytes(desc.data(), desc.size(), 1), hash_bytes(desc.data(), desc.size(), 2)};
+}
+
+// Points every packed matmul at its bytes in `storage`.
+void place_packed(const PackPlan& plan, uint8_t* storage, BoundModel& b) {
+  for (const PackJob& job : plan.jobs)
+    b.matmuls[job.section][job.op][static_cast<size_t>(job.layer)].w = storage + job.offset;
+}
+
+// Repacks every planned matmul into `storage`, in parallel pieces.
 void pack_weights(const CompiledModel& model, const PackPlan& plan, bool release_file_pages, ThreadPool& pool,
-                  BoundModel& b) {
+                  uint8_t* storage, BoundModel& b) {
   const Program& p = model.program;
   const int64_t group_rows = pack_row_group(model.isa);
-  auto pages = std::make_shared<PageBuffer>(static_cast<size_t>(plan.total_bytes), PageBuffer::Pages::Huge);
-  uint8_t* storage = pages->data();
-  b.packed_storage = std::shared_ptr<uint8_t>(pages, storage);
-  b.packed_bytes = static_cast<uint64_t>(plan.total_bytes);
 
   // Pieces of at most kPieceRows rows, packed in parallel; the file pages of
   // each piece are released right after it is packed (unless a non-matmul op
@@ -323,7 +362,6 @@ void pack_weights(const CompiledModel& model, const PackPlan& plan, bool release
   for (const PackJob& job : plan.jobs) {
     const program::Op& op = p.ops(job.section)[job.op];
     PackedMatMul& mm = b.matmuls[job.section][job.op][static_cast<size_t>(job.layer)];
-    mm.w = storage + job.offset;
     bool aligned = true;
     for (size_t i = 0; i + 1 < op.weights.size(); ++i)
       aligned &= static_cast<int64_t>(tensor_for(job, op.weights[i])->n_elements) / mm.k % group_rows == 0;
@@ -338,12 +376,8 @@ void pack_weights(const CompiledModel& model, const PackPlan& plan, bool release
         pieces.push_back(Piece{&job, static_cast<int>(i), r, std::min(kPieceRows, rows - r)});
     }
   }
-  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   auto release = [&](const gguf::TensorInfo* t, int64_t byte0, int64_t bytes) {
-    if (!release_file_pages || plan.kept.count(t) != 0) return;
-    uintptr_t begin = (reinterpret_cast<uintptr_t>(t->data + byte0) + page - 1) / page * page;
-    uintptr_t end = reinterpret_cast<uintptr_t>(t->data + byte0 + bytes) / page * page;
-    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+    release_pages(plan, release_file_pages, t, byte0, bytes);
   };
   auto blocks = [](const gguf::TensorInfo* t) { return reinterpret_cast<const BlockQ8_0*>(t->data); };
   pool.parallel_for(static_cast<int64_t>(pieces.size()), [&](int64_t index, int) {
@@ -386,7 +420,7 @@ void pack_weights(const CompiledModel& model, const PackPlan& plan, bool release
 }  // namespace
 
 BoundModel bind_model(const CompiledModel& model, const gguf::File& file, bool release_file_pages,
-                      ThreadPool& pool) {
+                      ThreadPool& pool, const std::string& pack_cache_dir) {
   const Program& p = model.program;
   BoundModel b;
   b.hparams = resolve_hparams(p, file);
@@ -394,7 +428,39 @@ BoundModel bind_model(const CompiledModel& model, const gguf::File& file, bool r
   bind_weights(p, file, b);
   const PackPlan plan = plan_packing(model, b);
   auto start = std::chrono::steady_clock::now();
-  pack_weights(model, plan, release_file_pages, pool, b);
+  auto pages = std::make_shared<PageBuffer>(static_cast<size_t>(plan.total_bytes), PageBuffer::Pages::Huge);
+  uint8_t* storage = pages->data();
+  b.packed_storage = std::shared_ptr<uint8_t>(pages, storage);
+  b.packed_bytes = static_cast<uint64_t>(plan.total_bytes);
+  place_packed(plan, storage, b);
+
+  std::string cache_path;
+  PackCacheKey key;
+  if (!pack_cache_dir.empty() && plan.total_bytes > 0) {
+    key = pack_cache_key(model, plan, b, pool);
+    cache_path = pack_cache_dir + "/" + key.hex() + ".lumenpack";
+    const PackCacheRead read = read_pack_cache(cache_path, key, storage, static_cast<size_t>(plan.total_bytes), pool);
+    b.pack_cache = to_string(read);
+    if (read == PackCacheRead::Hit) {
+      for (const PackJob& job : plan.jobs)
+        for (int wi : p.ops(job.section)[job.op].weights) {
+          const gguf::TensorInfo* t = b.tensor(wi, job.layer);
+          release_pages(plan, release_file_pages, t, 0, static_cast<int64_t>(t->n_bytes));
+        }
+      b.pack_cache_path = cache_path;
+      b.pack_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      return b;
+    }
+  }
+  pack_weights(model, plan, release_file_pages, pool, storage, b);
+  if (!cache_path.empty()) {
+    const std::string why = write_pack_cache(cache_path, key, storage, static_cast<size_t>(plan.total_bytes), pool);
+    if (why.empty()) {
+      b.pack_cache_path = cache_path;
+    } else {
+      b.pack_cache += " (not written: " + why + ")";
+    }
+  }
   b.pack_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return b;
 }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "lumen/gguf/gguf.h"
@@ -43,7 +44,9 @@ struct BoundModel {
   // matmuls[section][op][layer] (one layer outside Section::Layer); empty for non-matmul ops.
   PerSection<std::vector<std::vector<PackedMatMul>>> matmuls;
   uint64_t packed_bytes = 0;
-  double pack_seconds = 0;
+  double pack_seconds = 0;         // packing, or reading the pack cache (key hashing included)
+  std::string pack_cache = "off";  // off, hit, miss, corrupt or stale (the last three rebuild it)
+  std::string pack_cache_path;     // the cache file read or written ("" if none)
 
   // The tensor of `weight` for `layer` (any layer for a global weight).
   const gguf::TensorInfo* tensor(int weight, int64_t layer) const {
@@ -59,9 +62,11 @@ class ThreadPool;
 
 // Throws LoadError. With release_file_pages (only for an mmapped file, never
 // for File::from_memory), the file pages of repacked weights are dropped.
-// Repacking runs on `pool`.
+// Repacking runs on `pool`. With a pack_cache_dir, the packed weights are read
+// from its cache file for this model, target and GGUF contents when that file
+// is intact, and written there otherwise (pack_cache.h).
 BoundModel bind_model(const CompiledModel& model, const gguf::File& file, bool release_file_pages,
-                      ThreadPool& pool);
+                      ThreadPool& pool, const std::string& pack_cache_dir = "");
 
 // Resolves only the hparams (and runs the checks and the architecture test).
 std::vector<double> resolve_hparams(const program::Program& program, const gguf::File& file);

@@ -24,6 +24,9 @@ struct SessionOptions {
   KvType kv_type = KvType::F16;
   bool all_logits = false;  // keep the logits of every evaluated position (tests)
   bool profile = false;     // time every op (see profile_report)
+  // Packed-weight cache directory ("" = none: repack on every load); the
+  // tools pass default_pack_cache_dir() (pack_cache.h) unless --no-pack-cache.
+  std::string pack_cache_dir;
 };
 
 // eval() refusals that leave the session usable: context overflow, bad token ids.
@@ -33,7 +36,8 @@ struct EvalError : std::runtime_error {
 
 struct LoadStats {
   double load_seconds = 0;     // opening, checking and binding, packing included
-  double pack_seconds = 0;     // repacking matmul weights
+  double pack_seconds = 0;     // repacking matmul weights (or reading them from the pack cache)
+  std::string pack_cache = "off";  // off, hit, miss, corrupt or stale (see BoundModel)
   uint64_t packed_bytes = 0;   // size of the repacked weights
   uint64_t kv_bytes = 0;       // size of the KV cache
   uint64_t arena_bytes = 0;    // activation arena

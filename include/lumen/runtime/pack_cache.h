@@ -1,0 +1,51 @@
+// The packed-weight cache: the matmul weights as the kernels stream them,
+// written once per (GGUF contents, target, program layout) so later loads
+// read them back instead of repacking. A file is trusted only when its
+// header names the same key and its contents hash to the checksum it
+// records; anything else is rebuilt.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace lumen::runtime {
+
+class ThreadPool;
+
+// LUMEN_CACHE_DIR, else $XDG_CACHE_HOME/lumen, else $HOME/.cache/lumen
+// ("" when none of them is set).
+std::string default_pack_cache_dir();
+
+// 128-bit key of what the packed bytes are a function of.
+struct PackCacheKey {
+  uint64_t lo = 0, hi = 0;
+  bool operator==(const PackCacheKey&) const = default;
+  std::string hex() const;  // 32 hex digits, the file name
+};
+
+// A fast non-cryptographic 64-bit hash (4 lanes of multiply-rotate rounds):
+// detects corruption and changed contents, not tampering.
+uint64_t hash_bytes(const void* data, size_t bytes, uint64_t seed);
+
+// Hashes `bytes` at `data` in 4 MiB pieces on `pool`: the same value for the
+// same bytes whatever the thread count.
+uint64_t hash_parallel(const uint8_t* data, size_t bytes, uint64_t seed, ThreadPool& pool);
+
+enum class PackCacheRead { Hit, Missing, Corrupt, Stale };
+const char* to_string(PackCacheRead r);  // "hit", "miss", "corrupt", "stale"
+
+// Reads the cache file `path` into `out` (`bytes` of packed weights) when it
+// holds exactly those for `key`: Missing if there is no file, Stale if its
+// header names another key, size or version, Corrupt if it is truncated or
+// its contents do not match its checksum. `out` is undefined unless Hit.
+PackCacheRead read_pack_cache(const std::string& path, const PackCacheKey& key, uint8_t* out, size_t bytes,
+                              ThreadPool& pool);
+
+// Writes `bytes` at `data` as the cache file `path` for `key` (a temporary
+// file renamed into place, so readers never see half a file; the directory
+// is created). Returns "" or why it could not.
+std::string write_pack_cache(const std::string& path, const PackCacheKey& key, const uint8_t* data, size_t bytes,
+                             ThreadPool& pool);
+
+}  // namespace lumen::runtime

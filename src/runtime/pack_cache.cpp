@@ -1,0 +1,216 @@
+// The packed-weight cache (see include/lumen/runtime/pack_cache.h).
+//
+// File layout: a 4096-byte header, then the packed bytes exactly as they sit
+// in memory. The header: magic, format version, header size, the key, the
+// packed size and the checksum of the packed bytes (hash_parallel, seed 0).
+#include "lumen/runtime/pack_cache.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "lumen/runtime/thread_pool.h"
+
+namespace lumen::runtime {
+namespace {
+
+constexpr char kMagic[8] = {'L', 'U', 'M', 'E', 'N', 'P', 'K', '\n'};
+constexpr uint32_t kFormatVersion = 1;
+constexpr size_t kHeaderBytes = 4096;
+constexpr size_t kPieceBytes = size_t(4) << 20;
+
+struct Header {
+  char magic[8];
+  uint32_t version;
+  uint32_t header_bytes;
+  uint64_t key_lo, key_hi;
+  uint64_t packed_bytes;
+  uint64_t checksum;
+};
+static_assert(sizeof(Header) <= kHeaderBytes);
+
+constexpr uint64_t kP1 = 0x9E3779B185EBCA87ull, kP2 = 0xC2B2AE3D27D4EB4Full, kP3 = 0x165667B19E3779F9ull;
+
+inline uint64_t rotl(uint64_t v, int r) { return (v << r) | (v >> (64 - r)); }
+inline uint64_t round64(uint64_t acc, uint64_t v) { return rotl(acc + v * kP2, 31) * kP1; }
+inline uint64_t load64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+inline uint64_t avalanche(uint64_t h) {
+  h ^= h >> 33;
+  h *= kP2;
+  h ^= h >> 29;
+  h *= kP3;
+  return h ^ (h >> 32);
+}
+
+// pread/pwrite all of [buf, buf + n) at `offset`; false on an error or EOF.
+bool read_all(int fd, uint8_t* buf, size_t n, off_t offset) {
+  while (n > 0) {
+    const ssize_t got = pread(fd, buf, n, offset);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    buf += got;
+    n -= size_t(got);
+    offset += got;
+  }
+  return true;
+}
+bool write_all(int fd, const uint8_t* buf, size_t n, off_t offset) {
+  while (n > 0) {
+    const ssize_t put = pwrite(fd, buf, n, offset);
+    if (put < 0 && errno == EINTR) continue;
+    if (put <= 0) return false;
+    buf += put;
+    n -= size_t(put);
+    offset += put;
+  }
+  return true;
+}
+
+size_t pieces_of(size_t bytes) { return (bytes + kPieceBytes - 1) / kPieceBytes; }
+
+// The per-piece hashes folded in order.
+uint64_t fold(const std::vector<uint64_t>& piece_hashes, size_t bytes, uint64_t seed) {
+  return hash_bytes(piece_hashes.data(), piece_hashes.size() * sizeof(uint64_t), seed ^ bytes);
+}
+
+}  // namespace
+
+std::string default_pack_cache_dir() {
+  if (const char* dir = std::getenv("LUMEN_CACHE_DIR"); dir != nullptr && *dir != '\0') return dir;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0')
+    return std::string(xdg) + "/lumen";
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0')
+    return std::string(home) + "/.cache/lumen";
+  return "";
+}
+
+std::string PackCacheKey::hex() const {
+  static const char* digits = "0123456789abcdef";
+  std::string s;
+  for (uint64_t v : {hi, lo})
+    for (int shift = 60; shift >= 0; shift -= 4) s += digits[(v >> shift) & 15];
+  return s;
+}
+
+uint64_t hash_bytes(const void* data, size_t bytes, uint64_t seed) {
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  uint64_t a = seed + kP1 + kP2, b = seed + kP2, c = seed, d = seed - kP1;
+  size_t i = 0;
+  for (; i + 32 <= bytes; i += 32) {
+    a = round64(a, load64(p + i));
+    b = round64(b, load64(p + i + 8));
+    c = round64(c, load64(p + i + 16));
+    d = round64(d, load64(p + i + 24));
+  }
+  uint64_t h = rotl(a, 1) + rotl(b, 7) + rotl(c, 12) + rotl(d, 18) + bytes;
+  for (; i + 8 <= bytes; i += 8) h = rotl(h ^ round64(0, load64(p + i)), 27) * kP1 + kP3;
+  for (; i < bytes; ++i) h = rotl(h ^ (p[i] * kP3), 11) * kP1;
+  return avalanche(h);
+}
+
+uint64_t hash_parallel(const uint8_t* data, size_t bytes, uint64_t seed, ThreadPool& pool) {
+  std::vector<uint64_t> piece(pieces_of(bytes));
+  pool.parallel_for(int64_t(piece.size()), [&](int64_t i, int) {
+    const size_t begin = size_t(i) * kPieceBytes;
+    piece[size_t(i)] = hash_bytes(data + begin, std::min(kPieceBytes, bytes - begin), seed + uint64_t(i));
+  });
+  return fold(piece, bytes, seed);
+}
+
+const char* to_string(PackCacheRead r) {
+  switch (r) {
+    case PackCacheRead::Hit: return "hit";
+    case PackCacheRead::Missing: return "miss";
+    case PackCacheRead::Corrupt: return "corrupt";
+    case PackCacheRead::Stale: return "stale";
+  }
+  return "?";
+}
+
+PackCacheRead read_pack_cache(const std::string& path, const PackCacheKey& key, uint8_t* out, size_t bytes,
+                              ThreadPool& pool) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return PackCacheRead::Missing;
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  Header h{};
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !read_all(fd, reinterpret_cast<uint8_t*>(&h), sizeof h, 0))
+    return PackCacheRead::Corrupt;
+  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) return PackCacheRead::Corrupt;
+  if (h.version != kFormatVersion || h.header_bytes != kHeaderBytes || h.key_lo != key.lo || h.key_hi != key.hi ||
+      h.packed_bytes != bytes)
+    return PackCacheRead::Stale;
+  if (uint64_t(st.st_size) != kHeaderBytes + bytes) return PackCacheRead::Corrupt;
+  // Read and hash each piece on the pool (the piece is still in cache when hashed).
+  std::vector<uint64_t> piece(pieces_of(bytes));
+  std::atomic<bool> failed{false};
+  pool.parallel_for(int64_t(piece.size()), [&](int64_t i, int) {
+    const size_t begin = size_t(i) * kPieceBytes, n = std::min(kPieceBytes, bytes - begin);
+    if (!read_all(fd, out + begin, n, off_t(kHeaderBytes + begin))) {
+      failed = true;
+      return;
+    }
+    piece[size_t(i)] = hash_bytes(out + begin, n, uint64_t(i));
+  });
+  if (failed || fold(piece, bytes, 0) != h.checksum) return PackCacheRead::Corrupt;
+  return PackCacheRead::Hit;
+}
+
+std::string write_pack_cache(const std::string& path, const PackCacheKey& key, const uint8_t* data, size_t bytes,
+                             ThreadPool& pool) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path target(path);
+  if (target.has_parent_path()) fs::create_directories(target.parent_path(), ec);
+  if (ec) return "cannot create " + target.parent_path().string() + ": " + ec.message();
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return "cannot create " + tmp + ": " + std::strerror(errno);
+  Header h{};
+  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  h.version = kFormatVersion;
+  h.header_bytes = kHeaderBytes;
+  h.key_lo = key.lo;
+  h.key_hi = key.hi;
+  h.packed_bytes = bytes;
+  std::vector<uint64_t> piece(pieces_of(bytes));
+  std::atomic<bool> failed{false};
+  pool.parallel_for(int64_t(piece.size()), [&](int64_t i, int) {
+    const size_t begin = size_t(i) * kPieceBytes, n = std::min(kPieceBytes, bytes - begin);
+    piece[size_t(i)] = hash_bytes(data + begin, n, uint64_t(i));
+    if (!write_all(fd, data + begin, n, off_t(kHeaderBytes + begin))) failed = true;
+  });
+  h.checksum = fold(piece, bytes, 0);
+  std::vector<uint8_t> head(kHeaderBytes, 0);
+  std::memcpy(head.data(), &h, sizeof h);
+  const bool ok = !failed && write_all(fd, head.data(), head.size(), 0);
+  const int saved_errno = errno;
+  ::close(fd);
+  if (!ok) {
+    ::unlink(tmp.c_str());
+    return "cannot write " + tmp + ": " + std::strerror(saved_errno);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return "cannot rename " + tmp + ": " + why;
+  }
+  return "";
+}
+
+}  // namespace lumen::runtime
