@@ -24,8 +24,8 @@ struct PackCacheKey {
   std::string hex() const;  // 32 hex digits, the file name
 };
 
-// A fast non-cryptographic 64-bit hash (4 lanes of multiply-rotate rounds):
-// detects corruption and changed contents, not tampering.
+// A fast non-cryptographic 64-bit hash (four CRC32C streams, mixed): detects
+// corruption and changed contents, not tampering.
 uint64_t hash_bytes(const void* data, size_t bytes, uint64_t seed);
 
 // Hashes `bytes` at `data` in 4 MiB pieces on `pool`: the same value for the

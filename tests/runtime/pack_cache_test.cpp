@@ -1,0 +1,166 @@
+// The packed-weight cache: a written file reads back bit for bit; a missing,
+// truncated, bit-flipped or foreign-key file is reported as such (never
+// trusted); a Session misses, then hits, rebuilds a corrupt or stale file,
+// and computes the same logits in every case.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "lumen/runtime/pack_cache.h"
+#include "lumen/runtime/session.h"
+#include "lumen/runtime/thread_pool.h"
+#include "runtime_support.h"
+
+namespace lumen::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::path(LUMEN_BINARY_DIR) / "tests" / "runtime" / "pack_cache_files" /
+                       (std::to_string(getpid()) + "-" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::vector<uint8_t> random_bytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = uint8_t(rng());
+  return v;
+}
+
+void flip_byte(const fs::path& file, std::streamoff offset) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(offset);
+  char c = 0;
+  f.get(c);
+  f.seekp(offset);
+  f.put(char(c ^ 0x10));
+}
+
+TEST(PackCache, HashIsTheSameForAnyThreadCountAndSeesOneBit) {
+  // 9 MiB + 5: three 4 MiB pieces, the last one ragged.
+  std::vector<uint8_t> data = random_bytes((size_t(9) << 20) + 5, 1);
+  ThreadPool one(1), three(3);
+  const uint64_t h = hash_parallel(data.data(), data.size(), 0, one);
+  EXPECT_EQ(hash_parallel(data.data(), data.size(), 0, three), h);
+  EXPECT_NE(hash_parallel(data.data(), data.size(), 1, one), h);           // seed
+  EXPECT_NE(hash_parallel(data.data(), data.size() - 1, 0, one), h);       // length
+  data[data.size() / 2] ^= 0x01;
+  EXPECT_NE(hash_parallel(data.data(), data.size(), 0, one), h);           // one bit
+  for (size_t n : {1, 7, 8, 31, 33})  // every tail path of hash_bytes
+    EXPECT_NE(hash_bytes(data.data(), n, 0), hash_bytes(data.data() + 1, n, 0)) << n;
+}
+
+TEST(PackCache, WrittenFileReadsBackAndBadFilesAreNotTrusted) {
+  const fs::path dir = fresh_dir("unit");
+  const std::string path = (dir / "sub" / "x.lumenpack").string();  // the directory is created
+  const std::vector<uint8_t> data = random_bytes((size_t(5) << 20) + 100, 2);
+  const PackCacheKey key{11, 22};
+  ThreadPool pool(2);
+  std::vector<uint8_t> out(data.size());
+
+  EXPECT_EQ(read_pack_cache(path, key, out.data(), out.size(), pool), PackCacheRead::Missing);
+  ASSERT_EQ(write_pack_cache(path, key, data.data(), data.size(), pool), "");
+  EXPECT_EQ(read_pack_cache(path, key, out.data(), out.size(), pool), PackCacheRead::Hit);
+  EXPECT_EQ(out, data);
+
+  // Another key, another size: stale.
+  EXPECT_EQ(read_pack_cache(path, PackCacheKey{11, 23}, out.data(), out.size(), pool), PackCacheRead::Stale);
+  EXPECT_EQ(read_pack_cache(path, key, out.data(), out.size() - 1, pool), PackCacheRead::Stale);
+
+  // A flipped bit in the packed bytes, a truncated file, a foreign header: corrupt.
+  const fs::path copy = dir / "copy.lumenpack";
+  fs::copy_file(path, copy);
+  flip_byte(copy, 4096 + 3 * 1000 * 1000);
+  EXPECT_EQ(read_pack_cache(copy.string(), key, out.data(), out.size(), pool), PackCacheRead::Corrupt);
+  fs::remove(copy);
+  fs::copy_file(path, copy);
+  fs::resize_file(copy, fs::file_size(copy) - 1);
+  EXPECT_EQ(read_pack_cache(copy.string(), key, out.data(), out.size(), pool), PackCacheRead::Corrupt);
+  fs::remove(copy);
+  fs::copy_file(path, copy);
+  flip_byte(copy, 0);
+  EXPECT_EQ(read_pack_cache(copy.string(), key, out.data(), out.size(), pool), PackCacheRead::Corrupt);
+  std::ofstream(copy, std::ios::trunc) << "short";
+  EXPECT_EQ(read_pack_cache(copy.string(), key, out.data(), out.size(), pool), PackCacheRead::Corrupt);
+
+  // A directory that cannot be created is reported, not thrown.
+  std::ofstream(dir / "file") << "x";
+  EXPECT_NE(write_pack_cache((dir / "file" / "y.lumenpack").string(), key, data.data(), data.size(), pool), "");
+  fs::remove_all(dir);
+}
+
+TEST(PackCache, DefaultDirectoryFollowsTheEnvironment) {
+  const char* saved[3] = {std::getenv("LUMEN_CACHE_DIR"), std::getenv("XDG_CACHE_HOME"), std::getenv("HOME")};
+  const std::string keep[3] = {saved[0] ? saved[0] : "", saved[1] ? saved[1] : "", saved[2] ? saved[2] : ""};
+  setenv("LUMEN_CACHE_DIR", "/a", 1);
+  setenv("XDG_CACHE_HOME", "/b", 1);
+  setenv("HOME", "/c", 1);
+  EXPECT_EQ(default_pack_cache_dir(), "/a");
+  unsetenv("LUMEN_CACHE_DIR");
+  EXPECT_EQ(default_pack_cache_dir(), "/b/lumen");
+  unsetenv("XDG_CACHE_HOME");
+  EXPECT_EQ(default_pack_cache_dir(), "/c/.cache/lumen");
+  const char* names[3] = {"LUMEN_CACHE_DIR", "XDG_CACHE_HOME", "HOME"};
+  for (int i = 0; i < 3; ++i) {
+    if (saved[i]) {
+      setenv(names[i], keep[i].c_str(), 1);
+    } else {
+      unsetenv(names[i]);
+    }
+  }
+}
+
+// The Session's view: miss, hit, corrupt and stale files, same logits throughout.
+TEST(PackCache, SessionMissesHitsAndRebuilds) {
+  const auto model = testing::qwen2_model();
+  const fs::path dir = fresh_dir("session");
+  SessionOptions o;
+  o.n_threads = 2;
+  o.n_ctx = 64;
+  const std::vector<int32_t> tokens = {1, 5, 9, 33, 2};
+  auto logits = [&](const SessionOptions& opt, std::string* status) {
+    Session s(model, testing::tiny_gguf(), opt);
+    *status = s.load_stats().pack_cache;
+    auto l = s.eval(tokens);
+    return std::vector<float>(l.begin(), l.end());
+  };
+  std::string status;
+  const std::vector<float> want = logits(o, &status);
+  EXPECT_EQ(status, "off");
+
+  o.pack_cache_dir = dir.string();
+  EXPECT_EQ(logits(o, &status), want);
+  EXPECT_EQ(status, "miss");
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path());
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(files[0].extension(), ".lumenpack");
+  EXPECT_EQ(logits(o, &status), want);
+  EXPECT_EQ(status, "hit");
+
+  flip_byte(files[0], std::streamoff(fs::file_size(files[0]) - 100));
+  EXPECT_EQ(logits(o, &status), want);
+  EXPECT_EQ(status, "corrupt");
+  EXPECT_EQ(logits(o, &status), want);
+  EXPECT_EQ(status, "hit");  // rebuilt
+
+  flip_byte(files[0], 16);  // key_lo in the header: a file made for other contents
+  EXPECT_EQ(logits(o, &status), want);
+  EXPECT_EQ(status, "stale");
+  EXPECT_EQ(logits(o, &status), want);
+  EXPECT_EQ(status, "hit");
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace lumen::runtime
