@@ -46,6 +46,8 @@ class Cli : public ::testing::Test {
     // One folder per process: ctest runs the tests of this suite in parallel.
     dir_ = fs::path(LUMEN_BINARY_DIR) / "tests" / "runtime" / "cli_test_files" / std::to_string(getpid());
     fs::create_directories(dir_);
+    // lumen-run's packed-weight cache goes here, not into the user's cache.
+    setenv("LUMEN_CACHE_DIR", (dir_ / "pack_cache").c_str(), 1);
     model_so_ = (dir_ / "qwen2.so").string();
     program::Program p = program::deserialize(testing::read_file(testing::qwen2_program_path()));
     codegen::emit_model_so(p, best_isa(cpu_features()), model_so_);
