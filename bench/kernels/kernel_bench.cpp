@@ -242,6 +242,10 @@ int main(int argc, char** argv) {
   std::string only;
   app.add_option("--shape", only, "run only shapes whose name contains this");
   app.add_option("--sweep", sweep, "gemv: sweep prefetch distance and groups; gemm: sweep tiles (down shape)");
+  bool small_n = false;
+  app.add_flag("--small-n", small_n,
+               "instead of the table: GEMM at N = 2, 4, 8, 16 (the --tile kernel and m16n8) against the GEMV, "
+               "weights cold, the batched decode of several sequences");
   CLI11_PARSE(app, argc, argv);
 
   Isa isa;
@@ -303,6 +307,33 @@ int main(int argc, char** argv) {
     fmt::print("\n== {} thread(s): read bandwidth {:.1f} GB/s best whole pass, {:.1f} GB/s best 16 MiB step "
                "(1 GiB, best of 5); %bw below is against the whole pass (sustained, as the {:.0f} ms samples)\n",
                threads, bw_pass, bw, window_ms);
+    if (small_n) {
+      // N decode steps of N sequences in one GEMM against one GEMV: while the
+      // GEMM is bound by the weight stream it should cost little more.
+      fmt::print("{:<18} {:>9} | {:>22} {:>22} {:>22} {:>22}\n", "shape", "N=1 us", "N=2 us (xN1) tile",
+                 "N=4", "N=8", "N=16");
+      for (const Shape& s : shapes) {
+        if (std::string(s.name).find(only) == std::string::npos) continue;
+        const Weights w = make_weights(isa, s, cold_bytes);
+        const std::vector<ActBlock> x = make_acts(16, s.k);
+        std::vector<float> y(16 * s.m, 0.0f), bias(s.m, 0.5f);
+        const KernelId gemv = KernelId::gemv(s.epilogue);
+        JitKernel gemv_kernel(isa, gemv);
+        const double t1 = time_matmul(pool, gemv_kernel.fn(), w, s, x, y, bias, 1, 1, window);
+        JitKernel tile_kernel(isa, gemm_id(s.epilogue).value());
+        JitKernel n8_kernel(isa, KernelId::gemm(s.epilogue, 16, 8));
+        std::string cells;
+        for (int64_t n : {2, 4, 8, 16}) {
+          const double ta = time_matmul(pool, tile_kernel.fn(), w, s, x, y, bias, n, n, window);
+          const double tb = time_matmul(pool, n8_kernel.fn(), w, s, x, y, bias, n, n, window);
+          const bool a_best = ta <= tb;
+          cells += fmt::format(" {:>22}", fmt::format("{:.1f} ({:.2f}x) {}", std::min(ta, tb) * 1e6,
+                                                       std::min(ta, tb) / t1, a_best ? gemm_tile : "m16n8"));
+        }
+        fmt::print("{:<18} {:>9.1f} |{}\n", s.name, t1 * 1e6, cells);
+      }
+      continue;
+    }
     fmt::print("{:<18} {:>9} {:>8} {:>6} | {:>9} {:>8} {:>7} | {:>9} {:>8} {:>7}\n", "shape", "gemv us", "GB/s",
                "%bw", "n32 us/t", "GOP/s", "vs gemv", "n512 us/t", "GOP/s", "vs gemv");
     for (const Shape& s : shapes) {
