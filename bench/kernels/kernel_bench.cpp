@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <exception>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <random>
 #include <thread>
@@ -136,22 +137,36 @@ Weights make_weights(Isa isa, const Shape& s, int64_t min_total_bytes) {
 // 27-32 GB/s (bursts), over 10 ms and 100 ms windows 27 and 32 GB/s. Decode
 // streams 525 MB per token, so the default window (20 ms, --window-ms) times
 // sustained streaming, like the whole-pass bandwidth printed beside it.
+// With --cpu-time (1 thread only) a sample is the calling thread's CPU time,
+// not wall time: on an oversubscribed host the time the thread was preempted
+// drops out (memory stalls still count; other processes' traffic still
+// slows them).
+bool g_cpu_time = false;
+double now_seconds() {
+  if (g_cpu_time) {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 double time_calls(const std::function<void(int64_t)>& call, double window, int samples = 10) {
   call(0);
   int64_t reps = 1;
   for (;;) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = now_seconds();
     for (int64_t r = 0; r < reps; ++r) call(r);
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double secs = now_seconds() - t0;
     if (secs > window || reps > (1 << 20)) break;
     reps *= 2;
   }
   std::vector<double> times;
   int64_t calls = 0;
   for (int s = 0; s < samples; ++s) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = now_seconds();
     for (int64_t r = 0; r < reps; ++r) call(calls++);
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / double(reps));
+    times.push_back((now_seconds() - t0) / double(reps));
   }
   // Best, not median: other processes on a shared machine only ever add time.
   return *std::min_element(times.begin(), times.end());
@@ -243,6 +258,7 @@ int main(int argc, char** argv) {
   app.add_option("--shape", only, "run only shapes whose name contains this");
   app.add_option("--sweep", sweep, "gemv: sweep prefetch distance and groups; gemm: sweep tiles (down shape)");
   bool small_n = false;
+  app.add_flag("--cpu-time", g_cpu_time, "time samples in thread CPU time (1 thread only; for loaded hosts)");
   app.add_flag("--small-n", small_n,
                "instead of the table: GEMM at N = 2, 4, 8, 16 (the --tile kernel and m16n8) against the GEMV, "
                "weights cold, the batched decode of several sequences");
@@ -277,6 +293,10 @@ int main(int argc, char** argv) {
       fmt::print(stderr, "lumen-bench-kernels: --threads values must be in [1, 256]\n");
       return 1;
     }
+  }
+  if (g_cpu_time && (thread_counts.size() != 1 || thread_counts[0] != 1)) {
+    fmt::print(stderr, "lumen-bench-kernels: --cpu-time needs --threads 1\n");
+    return 1;
   }
   if (tokens_per_task < 1 || cold_bytes < 1) {
     fmt::print(stderr, "lumen-bench-kernels: --tokens-per-task and --cold-bytes must be positive\n");
@@ -321,14 +341,20 @@ int main(int argc, char** argv) {
         JitKernel gemv_kernel(isa, gemv);
         const double t1 = time_matmul(pool, gemv_kernel.fn(), w, s, x, y, bias, 1, 1, window);
         JitKernel tile_kernel(isa, gemm_id(s.epilogue).value());
-        JitKernel n8_kernel(isa, KernelId::gemm(s.epilogue, 16, 8));
+        // m16n8 streams each weight block once for up to 8 tokens; with
+        // --gemm-prefetch it also prefetches the weight stream like the GEMV.
+        const KernelId n8 = KernelId::gemm(s.epilogue, 16, 8);
+        KernelShape n8_shape = codegen::kernel_shape(isa, n8);
+        if (gemm_prefetch >= 0) n8_shape.prefetch_bytes = gemm_prefetch;
+        JitKernel n8_kernel(codegen::generate_matmul_kernel(isa, n8, n8_shape));
+        const std::string n8_name = gemm_prefetch > 0 ? "m16n8+pf" : "m16n8";
         std::string cells;
         for (int64_t n : {2, 4, 8, 16}) {
           const double ta = time_matmul(pool, tile_kernel.fn(), w, s, x, y, bias, n, n, window);
           const double tb = time_matmul(pool, n8_kernel.fn(), w, s, x, y, bias, n, n, window);
           const bool a_best = ta <= tb;
           cells += fmt::format(" {:>22}", fmt::format("{:.1f} ({:.2f}x) {}", std::min(ta, tb) * 1e6,
-                                                       std::min(ta, tb) / t1, a_best ? gemm_tile : "m16n8"));
+                                                       std::min(ta, tb) / t1, a_best ? gemm_tile : n8_name));
         }
         fmt::print("{:<18} {:>9.1f} |{}\n", s.name, t1 * 1e6, cells);
       }
