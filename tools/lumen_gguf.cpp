@@ -19,6 +19,7 @@
 #include "lumen/common/internal_error.h"
 #include "lumen/gguf/gguf.h"
 #include "lumen/gguf/info.h"
+#include "lumen/text/chat_template.h"
 #include "lumen/text/tokenizer.h"
 #include "synth/gguf_synth.h"
 
@@ -108,6 +109,73 @@ int run_tokenize(const TokenizeFlags& flags) {
   return 0;
 }
 
+// Renders a chat template over a messages file exactly as Hugging Face's
+// apply_chat_template: the GGUF's tokenizer.chat_template (or --template) with
+// bos_token/eos_token from the GGUF's vocabulary.
+struct TemplateFlags {
+  std::string path, messages, template_path;
+  bool no_generation_prompt = false;
+};
+
+std::string read_file(const std::string& path, const char* what) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw std::runtime_error(std::string("cannot read ") + what + " '" + path + "'");
+  std::string data;
+  char buf[65536];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) data.append(buf, n);
+  const bool bad = std::ferror(f) != 0;
+  std::fclose(f);
+  if (bad) throw std::runtime_error(std::string("cannot read ") + what + " '" + path + "'");
+  return data;
+}
+
+int run_template(const TemplateFlags& flags) {
+  const lumen::gguf::File file = lumen::gguf::File::open(flags.path);
+  std::optional<lumen::chat::ChatTemplate> tmpl;
+  std::string source_name = flags.template_path;
+  try {
+    std::optional<std::string> source;
+    if (!flags.template_path.empty()) source = read_file(flags.template_path, "template");
+    else source_name = flags.path + ":tokenizer.chat_template";
+    tmpl = lumen::chat::ChatTemplate::from_gguf(file, source);
+    if (!tmpl) return fail("'" + flags.path + "' has no tokenizer.chat_template; pass --template FILE");
+    // A messages file is an array of messages, or an object with "messages"
+    // and other context variables (tools, documents, ...).
+    nlohmann::ordered_json doc;
+    try {
+      doc = nlohmann::ordered_json::parse(read_file(flags.messages, "messages file"));
+    } catch (const nlohmann::json::exception& e) {
+      return fail("'" + flags.messages + "' is not valid JSON: " + e.what());
+    }
+    nlohmann::ordered_json messages, extra = nlohmann::ordered_json::object();
+    if (doc.is_array()) {
+      messages = doc;
+    } else if (doc.is_object() && doc.contains("messages") && doc["messages"].is_array()) {
+      for (auto it = doc.begin(); it != doc.end(); ++it) {
+        if (it.key() == "messages") {
+          messages = it.value();
+        } else {
+          extra[it.key()] = it.value();
+        }
+      }
+    } else {
+      return fail("'" + flags.messages + "' must hold a JSON array of messages or an object with \"messages\"");
+    }
+    lumen::chat::RenderOptions options;
+    options.add_generation_prompt = !flags.no_generation_prompt;
+    options.bos_token = tmpl->bos_token();
+    options.eos_token = tmpl->eos_token();
+    options.extra = std::move(extra);
+    const std::string out = tmpl->render(messages, options);
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    return 0;
+  } catch (const lumen::chat::TemplateError& e) {
+    std::fprintf(stderr, "%s:%d:%d: error: %s\n", source_name.c_str(), e.line(), e.column(), e.message().c_str());
+    return 1;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -126,6 +194,17 @@ int main(int argc, char** argv) {
   tokenize->add_option("TEXT", tokenize_flags.text, "Text to tokenize")->required();
   tokenize->add_flag("--bos", tokenize_flags.bos, "Put BOS first when the vocabulary asks for it, as llama.cpp does");
   tokenize->add_flag("--parse-special", tokenize_flags.parse_special, "Turn special-token texts into their ids");
+
+  TemplateFlags template_flags;
+  CLI::App* tmpl = app.add_subcommand("template", "Print the chat prompt the GGUF's chat template renders for a messages file");
+  tmpl->add_option("FILE", template_flags.path, "GGUF file (bos/eos texts, and the template unless --template)")->required();
+  tmpl->add_option("--messages", template_flags.messages,
+                   "JSON file: an array of OpenAI-style messages, or an object with \"messages\" and context "
+                   "variables such as \"tools\"")
+      ->required();
+  tmpl->add_flag("--no-generation-prompt", template_flags.no_generation_prompt,
+                 "Render with add_generation_prompt=false");
+  tmpl->add_option("--template", template_flags.template_path, "Jinja file to use instead of tokenizer.chat_template");
 
   SynthFlags synth_flags;
   CLI::App* synth = app.add_subcommand("synth", "Write a random Qwen2 model (Q8_0 weights, F32 norms and biases)");
@@ -162,6 +241,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*tokenize) return run_tokenize(tokenize_flags);
+    if (*tmpl) return run_template(template_flags);
     return run_synth(synth_flags);
   });
 }
