@@ -214,7 +214,7 @@ std::string type_name(const Value& v) {
     case Value::Kind::Int: return "int";
     case Value::Kind::Float: return "float";
     case Value::Kind::String: return "str";
-    case Value::Kind::List: return "list";
+    case Value::Kind::List: return v.generator ? "generator" : "list";
     case Value::Kind::Tuple: return "tuple";
     case Value::Kind::Dict: return "dict";
     case Value::Kind::Namespace: return "Namespace";
@@ -243,6 +243,7 @@ std::string to_str(const Value& v) {
     case Value::Kind::String: return v.s;
     case Value::Kind::List:
     case Value::Kind::Tuple: {
+      if (v.generator) return "<generator object>";
       const bool tuple = v.kind == Value::Kind::Tuple;
       std::string out = tuple ? "(" : "[";
       for (size_t k = 0; k < v.list->size(); ++k) out += (k ? ", " : "") + repr((*v.list)[k]);
@@ -276,7 +277,7 @@ bool truthy(const Value& v) {
     case Value::Kind::Float: return v.f != 0;
     case Value::Kind::String: return !v.s.empty();
     case Value::Kind::List:
-    case Value::Kind::Tuple: return !v.list->empty();
+    case Value::Kind::Tuple: return v.generator || !v.list->empty();
     case Value::Kind::Dict: return !v.dict->items.empty();
     default: return true;
   }
@@ -299,6 +300,7 @@ bool equals(const Value& a, const Value& b) {
     case Value::Kind::String: return a.s == b.s;
     case Value::Kind::List:
     case Value::Kind::Tuple:
+      if (a.generator || b.generator) return a.list == b.list;
       if (a.list->size() != b.list->size()) return false;
       for (size_t k = 0; k < a.list->size(); ++k)
         if (!equals((*a.list)[k], (*b.list)[k])) return false;
@@ -403,6 +405,7 @@ void to_json(std::string& out, const Value& v, const JsonStyle& st, int level, P
     case Value::Kind::String: json_string(out, v.s, st.ensure_ascii); return;
     case Value::Kind::List:
     case Value::Kind::Tuple: {
+      if (v.generator) fail_at(pos, "tojson: Object of type generator is not JSON serializable");
       if (v.list->empty()) {
         out += "[]";
         return;
@@ -983,6 +986,8 @@ class Interpreter {
     if (op == "+") {
       if (a.is_string() && b.is_string()) {
         if (static_cast<int64_t>(a.s.size() + b.s.size()) > opt_.limits.max_output_bytes) fail_at(pos, "string too long");
+        // Markup + str escapes the str (markupsafe).
+        if (a.safe || b.safe) return markup((a.safe ? a.s : html_escape(a.s)) + (b.safe ? b.s : html_escape(b.s)));
         return Value::string(a.s + b.s);
       }
       if (a.is_sequence() && a.kind == b.kind) {
@@ -1126,6 +1131,7 @@ class Interpreter {
       case Value::Kind::List:
       case Value::Kind::Tuple:
       case Value::Kind::String: {
+        if (obj.generator) return Value::undefined("'generator object' has no element " + repr(key));
         if (key.kind == Value::Kind::Int || key.kind == Value::Kind::Bool) {
           int64_t k = as_int(key);
           if (obj.is_string()) {
@@ -1598,6 +1604,33 @@ class Interpreter {
     return out;
   }
 
+  static Value generator(std::vector<Value> items) {
+    Value g = Value::make_list(std::move(items));
+    g.generator = true;
+    return g;
+  }
+
+  static Value markup(std::string s) {
+    Value v = Value::string(std::move(s));
+    v.safe = true;
+    return v;
+  }
+
+  static std::string html_escape(const std::string& s) {
+    std::string out;
+    for (char c : s) {
+      switch (c) {
+        case '&': out += "&amp;"; break;
+        case '<': out += "&lt;"; break;
+        case '>': out += "&gt;"; break;
+        case '"': out += "&#34;"; break;
+        case '\'': out += "&#39;"; break;
+        default: out += c;
+      }
+    }
+    return out;
+  }
+
   Value apply_filter(const std::string& name, Value v, CallArgs& a, Pos pos) {
     step(pos);
     ArgReader ar{a, name.c_str()};
@@ -1605,7 +1638,8 @@ class Interpreter {
       return to_str(v);
     };
     auto items_of = [&]() { return iterate(v, pos); };
-    if (name == "safe" || name == "string") return Value::string(to_str(v));
+    if (name == "safe") return v.is_string() && v.safe ? v : markup(to_str(v));
+    if (name == "string") return v.is_string() ? v : Value::string(to_str(v));
     if (name == "trim") return Value::string(py_strip(need_string(), ar.get_opt_string(0, "chars"), true, true));
     if (name == "upper") return Value::string(ascii_upper(need_string()));
     if (name == "lower") return Value::string(ascii_lower(need_string()));
@@ -1631,7 +1665,9 @@ class Interpreter {
         case Value::Kind::Undefined: return Value::integer(0);
         case Value::Kind::String: return Value::integer(py_len(v.s));
         case Value::Kind::List:
-        case Value::Kind::Tuple: return Value::integer(static_cast<int64_t>(v.list->size()));
+        case Value::Kind::Tuple:
+          if (v.generator) fail_at(pos, "object of type 'generator' has no len()");
+          return Value::integer(static_cast<int64_t>(v.list->size()));
         case Value::Kind::Dict: return Value::integer(static_cast<int64_t>(v.dict->items.size()));
         default: fail_at(pos, "object of type '" + type_name(v) + "' has no len()");
       }
@@ -1691,7 +1727,7 @@ class Interpreter {
           out.push_back(item);
         }
       }
-      return Value::make_list(std::move(out));
+      return generator(std::move(out));
     }
     if (name == "join") {
       std::string sep = ar.get_string(0, "d", "");
@@ -1726,18 +1762,18 @@ class Interpreter {
     }
     if (name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr") {
       const bool by_attr = name.size() > 6;
-      return Value::make_list(select_items(items_of(), a, name[0] == 's', by_attr, pos));
+      return generator(truthy(v) ? select_items(items_of(), a, name[0] == 's', by_attr, pos) : std::vector<Value>{});
     }
     if (name == "map") {
       std::vector<Value> out;
       auto attr = ar.get_opt_string(99, "attribute");
       if (attr) {
         Value def = ar.get_or(99, "default", Value::undefined());
-        for (const Value& item : items_of()) {
+        for (const Value& item : truthy(v) ? items_of() : std::vector<Value>{}) {
           Value x = attr_path(item, *attr, pos);
           out.push_back(x.is_undefined() && !def.is_undefined() ? def : x);
         }
-        return Value::make_list(std::move(out));
+        return generator(std::move(out));
       }
       if (a.positional.empty()) fail_at(pos, "map: needs a filter name or attribute=");
       std::string filter = to_str(a.positional[0]);
@@ -1745,11 +1781,11 @@ class Interpreter {
       rest.pos = pos;
       rest.positional.assign(a.positional.begin() + 1, a.positional.end());
       rest.keyword = a.keyword;
-      for (const Value& item : items_of()) {
+      for (const Value& item : truthy(v) ? items_of() : std::vector<Value>{}) {
         CallArgs copy = rest;
         out.push_back(apply_filter(filter, item, copy, pos));
       }
-      return Value::make_list(std::move(out));
+      return generator(std::move(out));
     }
     if (name == "int") {
       const Value def = ar.get_or(0, "default", Value::integer(0));
@@ -1811,18 +1847,8 @@ class Interpreter {
       return Value::number(r);
     }
     if (name == "escape" || name == "e" || name == "forceescape") {
-      std::string out;
-      for (char c : to_str(v)) {
-        switch (c) {
-          case '&': out += "&amp;"; break;
-          case '<': out += "&lt;"; break;
-          case '>': out += "&gt;"; break;
-          case '"': out += "&#34;"; break;
-          case '\'': out += "&#39;"; break;
-          default: out += c;
-        }
-      }
-      return Value::string(out);
+      if (v.is_string() && v.safe && name != "forceescape") return v;
+      return markup(html_escape(to_str(v)));
     }
     if (name == "dictsort") {
       if (v.kind != Value::Kind::Dict) fail_at(pos, "dictsort: value must be a dict");
@@ -1984,7 +2010,8 @@ class Interpreter {
     if (name == "false") return v.kind == Value::Kind::Bool && !v.b;
     if (name == "mapping") return v.kind == Value::Kind::Dict;
     if (name == "iterable") return v.is_undefined() || v.is_string() || v.is_sequence() || v.kind == Value::Kind::Dict;
-    if (name == "sequence") return v.is_undefined() || v.is_string() || v.is_sequence() || v.kind == Value::Kind::Dict;
+    if (name == "sequence")
+      return v.is_undefined() || v.is_string() || (v.is_sequence() && !v.generator) || v.kind == Value::Kind::Dict;
     if (name == "callable") return v.kind == Value::Kind::Callable;
     if (name == "escaped") return false;
     if (name == "sameas") {

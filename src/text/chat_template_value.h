@@ -40,6 +40,8 @@ struct Value {
   ListPtr list;
   DictPtr dict;
   std::shared_ptr<NativeFn> fn;
+  bool generator = false;  // List: a jinja2 generator (map, select, ...): truthy, no len(), not JSON
+  bool safe = false;       // String: markupsafe.Markup (from |safe, |escape): `+` escapes plain strings
 
   static Value undefined(std::string hint = {}) {
     Value v;
