@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "lumen/common/internal_error.h"
-#include "lumen/text/chat.h"
+#include "lumen/text/chat_template.h"
 #include "lumen/gguf/gguf.h"
 #include "lumen/runtime/compiled_model.h"
 #include "lumen/runtime/pack_cache.h"
@@ -34,7 +34,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Options {
   std::string model_path, gguf_path;
-  std::optional<std::string> prompt, prompt_file, tokenize_text, system, dump_logits;
+  std::optional<std::string> prompt, prompt_file, tokenize_text, system, dump_logits, chat_template;
   int64_t n_predict = 128;
   int64_t n_ctx = 0;
   int64_t n_batch = 512;
@@ -133,12 +133,50 @@ class Runner {
   Stats stats_;
 };
 
-std::vector<int32_t> encode(const lumen::Tokenizer& tok, const std::string& text) {
+// Tokens of the text that starts the context: BOS first when the vocabulary
+// wants one; a chat template that already wrote the BOS text does not get a
+// second one (as llama.cpp strips it).
+std::vector<int32_t> encode(const lumen::Tokenizer& tok, std::string text) {
   std::vector<int32_t> ids;
-  if (const auto bos = tok.bos_to_add()) ids.push_back(*bos);
+  if (const auto bos = tok.bos_to_add()) {
+    ids.push_back(*bos);
+    const std::string bos_text = tok.token_text(*bos, /*special=*/true);
+    if (!bos_text.empty() && text.rfind(bos_text, 0) == 0) text.erase(0, bos_text.size());
+  }
   std::vector<int32_t> body = tok.encode(text, /*parse_special=*/true);
   ids.insert(ids.end(), body.begin(), body.end());
   return ids;
+}
+
+// The chat template: --chat-template FILE, else the GGUF's
+// tokenizer.chat_template, else ChatML with a warning. Syntax errors are
+// diagnostics at the template's line and column.
+lumen::chat::ChatTemplate load_chat_template(const Options& o, const lumen::gguf::File& file) {
+  std::optional<std::string> source;
+  std::string name = o.gguf_path + ":tokenizer.chat_template";
+  if (o.chat_template) {
+    std::ifstream in(*o.chat_template, std::ios::binary);
+    if (!in) throw RunError("cannot read chat template '" + *o.chat_template + "'");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    source = ss.str();
+    name = *o.chat_template;
+  }
+  try {
+    if (auto t = lumen::chat::ChatTemplate::from_gguf(file, source)) return std::move(*t);
+  } catch (const lumen::chat::TemplateError& e) {
+    throw RunError(name + ":" + std::to_string(e.line()) + ":" + std::to_string(e.column()) + ": " + e.message());
+  }
+  std::fprintf(stderr, "lumen-run: warning: '%s' has no tokenizer.chat_template; using ChatML\n", o.gguf_path.c_str());
+  return lumen::chat::ChatTemplate::chatml();
+}
+
+std::string render(const lumen::chat::ChatTemplate& tmpl, const std::vector<lumen::chat::Message>& messages) {
+  try {
+    return lumen::chat::render_chat(tmpl, messages, /*add_generation_prompt=*/true);
+  } catch (const lumen::chat::TemplateError& e) {
+    throw RunError("chat template: " + std::string(e.what()));
+  }
 }
 
 int run(const Options& o) {
@@ -172,14 +210,21 @@ int run(const Options& o) {
   lumen::Tokenizer tok = lumen::Tokenizer::from_gguf(session.gguf());
   const double load_seconds = std::chrono::duration<double>(Clock::now() - load_start).count();
 
-  std::optional<std::string> system = o.system ? o.system : std::optional<std::string>(lumen::kQwenDefaultSystemPrompt);
+  std::vector<lumen::chat::Message> messages;
+  if (o.system) messages.push_back({"system", *o.system});
+  std::optional<lumen::chat::ChatTemplate> chat_template;
+  if (o.chat || o.interactive) chat_template.emplace(load_chat_template(o, session.gguf()));
   std::string prompt;
   if (o.prompt) prompt = *o.prompt;
   if (o.prompt_file) prompt = read_text_file(*o.prompt_file);
 
   Runner runner(o, session, tok);
   if (o.interactive) {
-    lumen::ChatConversation conversation(system);
+    // Each turn renders the whole conversation and evaluates only what the
+    // context lacks: the text after what was already fed (the previous
+    // render plus the reply). A template that rewrites history (e.g. drops
+    // old reasoning) restarts the context.
+    std::string fed;
     bool first = true;
     while (true) {
       std::string line;
@@ -192,13 +237,27 @@ int run(const Options& o) {
         if (line.empty()) continue;
       }
       first = false;
-      std::string reply = runner.turn(encode(tok, conversation.add_user(line)), false);
+      messages.push_back({"user", line});
+      const std::string full = render(*chat_template, messages);
+      std::vector<int32_t> tokens;
+      if (session.position() > 0 && full.size() > fed.size() && full.compare(0, fed.size(), fed) == 0) {
+        tokens = tok.encode(std::string_view(full).substr(fed.size()), /*parse_special=*/true);
+      } else {
+        session.clear();
+        tokens = encode(tok, full);
+      }
+      std::string reply = runner.turn(tokens, false);
       std::printf("\n");
       std::fflush(stdout);
-      conversation.add_assistant(reply, /*im_end_in_context=*/false);
+      messages.push_back({"assistant", reply});
+      fed = full + reply;
     }
   } else {
-    std::string text = o.chat ? lumen::chat_prompt(prompt, system) : prompt;
+    std::string text = prompt;
+    if (o.chat) {
+      messages.push_back({"user", prompt});
+      text = render(*chat_template, messages);
+    }
     runner.turn(encode(tok, text), o.dump_logits.has_value());
   }
 
@@ -247,8 +306,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1 << 20));
   app.add_option("--seed", o.sampling.seed, "random seed (default: random)");
   app.add_option("--stop", o.stops, "stop when the output contains this string (repeatable)");
-  app.add_flag("--chat", o.chat, "wrap the prompt in the model's chat template (ChatML)");
-  app.add_option("--system", o.system, "system prompt for --chat / -i (default: Qwen's)");
+  app.add_flag("--chat", o.chat, "wrap the prompt in the GGUF's chat template (tokenizer.chat_template)");
+  app.add_option("--chat-template", o.chat_template, "Jinja chat template file to use instead of the GGUF's");
+  app.add_option("--system", o.system, "system prompt for --chat / -i (default: none; the template may add its own)");
   app.add_flag("-i,--interactive", o.interactive, "chat turn by turn, reading lines from stdin");
   app.add_option("--tokenize", o.tokenize_text, "print the token ids of TEXT and exit");
   app.add_option("--dump-logits", o.dump_logits, "write the last prompt position's logits (raw f32) to FILE");
