@@ -13,8 +13,6 @@
 
 #include "chat_template_ast.h"
 #include "chat_template_value.h"
-#include "lumen/gguf/gguf.h"
-#include "lumen/text/tokenizer.h"
 
 namespace lumen::chat {
 
@@ -2107,22 +2105,6 @@ ChatTemplate ChatTemplate::chatml() {
       "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' -}}"
       "{%- endfor -%}"
       "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}");
-}
-
-std::optional<ChatTemplate> ChatTemplate::from_gguf(const gguf::File& file, const std::optional<std::string>& override) {
-  std::optional<std::string> source = override ? override : file.get_string("tokenizer.chat_template");
-  if (!source) return std::nullopt;
-  ChatTemplate t(*source);
-  // bos/eos texts as llama.cpp gives them to templates (the token's text with
-  // special tokens rendered).
-  std::string bos, eos;
-  if (file.find("tokenizer.ggml.tokens")) {
-    const Tokenizer tok = Tokenizer::from_gguf(file);
-    if (auto id = tok.bos(); id && *id >= 0 && *id < tok.n_vocab()) bos = tok.token_text(*id, true);
-    if (auto id = tok.eos(); id && *id >= 0 && *id < tok.n_vocab()) eos = tok.token_text(*id, true);
-  }
-  t.set_special_tokens(std::move(bos), std::move(eos));
-  return t;
 }
 
 std::string render_chat(const ChatTemplate& tmpl, const std::vector<Message>& messages, bool add_generation_prompt,

@@ -3,8 +3,12 @@
 // expected files come from tools/chat/render_reference.py), jinja2 semantics
 // the templates rely on, and errors with the template's line and column.
 #include "lumen/text/chat_template.h"
+#include "lumen/gguf/gguf.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
 
 #include <ctime>
 #include <fstream>
@@ -289,6 +293,87 @@ TEST(ChatTemplate, RenderChatTakesRolesAndContents) {
   ChatTemplate t("{{ bos_token }}{% for m in messages %}{{ m.role }}:{{ m.content }}{% endfor %}{{ extra_flag }}");
   t.set_special_tokens("<B>", "<E>");
   EXPECT_EQ(render_chat(t, {{"user", "hi"}}, true, {{"extra_flag", 7}}), "<B>user:hi7");
+}
+
+}  // namespace
+}  // namespace lumen::chat
+
+namespace lumen::chat {
+namespace {
+
+const std::string kTinyGguf = std::string(LUMEN_SHARED_DIR) + "/reference/tiny-qwen2-a.gguf";
+
+struct ToolRun {
+  int exit_code;
+  std::string out, err;
+};
+
+ToolRun run_lumen_gguf(const std::string& args) {
+  const std::string dir = ::testing::TempDir();
+  const std::string out = dir + "/chat_cli.out", err = dir + "/chat_cli.err";
+  const int status =
+      std::system((std::string(LUMEN_BINARY_DIR) + "/tools/lumen-gguf " + args + " >" + out + " 2>" + err).c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read(out), read(err)};
+}
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+TEST(ChatTemplateGguf, BosAndEosComeFromTheVocabulary) {
+  const gguf::File file = gguf::File::open(kTinyGguf);
+  auto own = ChatTemplate::from_gguf(file);
+  ASSERT_TRUE(own.has_value());
+  EXPECT_EQ(own->bos_token(), "<|endoftext|>");
+  EXPECT_EQ(own->eos_token(), "<|im_end|>");
+  // The Qwen2.5 reference was rendered with exactly these bos/eos texts.
+  auto qwen = ChatTemplate::from_gguf(file, read(kSharedDir + "/Qwen-Qwen2.5-7B-Instruct.jinja"));
+  const auto conversations = read_json(kSharedDir + "/conversations.json");
+  std::vector<Message> messages;
+  for (const auto& m : conversations[2]["messages"]) messages.push_back({m["role"], m["content"]});
+  EXPECT_EQ(render_chat(*qwen, messages, true), read(kSharedDir + "/Qwen-Qwen2.5-7B-Instruct.conv3.txt"));
+}
+
+TEST(ChatTemplateCli, LumenGgufTemplatePrintsTheRenderingExactly) {
+  const auto conversations = read_json(kSharedDir + "/conversations.json");
+  const std::string m3 = write_temp("conv3.json", conversations[2]["messages"].dump());
+  // \uXXXX escapes (surrogate pairs for the emoji) are read too.
+  const std::string m4 = write_temp("conv4.json", conversations[3]["messages"].dump(-1, ' ', true));
+  const std::string tmpl = kSharedDir + "/meta-llama-Llama-3.1-8B-Instruct.jinja";
+  // The GGUF's own template, then --template with the GGUF's bos/eos texts.
+  ToolRun own = run_lumen_gguf("template " + kTinyGguf + " --messages " + m3);
+  EXPECT_EQ(own.exit_code, 0) << own.err;
+  EXPECT_EQ(own.out.rfind("<|im_start|>system\nYou are a concise assistant.", 0), 0u) << own.out;
+  ToolRun r = run_lumen_gguf("template " + kTinyGguf + " --messages " + m4 + " --no-generation-prompt --template " +
+                             kSharedDir + "/Qwen-Qwen2.5-7B-Instruct.jinja");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, read(kSharedDir + "/Qwen-Qwen2.5-7B-Instruct.conv4.txt"));
+  // Tools ride along in an object with "messages".
+  const std::string with_tools = write_temp(
+      "tools.json", R"({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+                       "messages": [{"role": "user", "content": "hi"}]})");
+  ToolRun t = run_lumen_gguf("template " + kTinyGguf + " --messages " + with_tools + " --template " + tmpl);
+  EXPECT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_NE(t.out.find("\"name\": \"f\""), std::string::npos) << t.out;
+}
+
+TEST(ChatTemplateCli, ErrorsNameTheTemplateLineAndColumn) {
+  const std::string msgs = write_temp("sys.json", R"([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}])");
+  ToolRun raised = run_lumen_gguf("template " + kTinyGguf + " --messages " + msgs + " --template " + kSharedDir +
+                                  "/google-gemma-2-2b-it.jinja");
+  EXPECT_EQ(raised.exit_code, 1);
+  EXPECT_NE(raised.err.find("google-gemma-2-2b-it.jinja:1:"), std::string::npos) << raised.err;
+  EXPECT_NE(raised.err.find(": error: raise_exception: System role not supported"), std::string::npos) << raised.err;
+  const std::string bad = write_temp("bad.jinja", "{% for m in messages %}\n  {{ m.content + }}\n{% endfor %}");
+  ToolRun syntax = run_lumen_gguf("template " + kTinyGguf + " --messages " + msgs + " --template " + bad);
+  EXPECT_EQ(syntax.exit_code, 1);
+  EXPECT_NE(syntax.err.find("bad.jinja:2:18: error: "), std::string::npos) << syntax.err;
+  const std::string not_json = write_temp("bad.json", "[{");
+  ToolRun j = run_lumen_gguf("template " + kTinyGguf + " --messages " + not_json);
+  EXPECT_EQ(j.exit_code, 1);
+  EXPECT_NE(j.err.find("not valid JSON"), std::string::npos) << j.err;
 }
 
 }  // namespace
