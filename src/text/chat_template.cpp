@@ -82,14 +82,63 @@ std::string py_strip(std::string_view s, const std::optional<std::string>& chars
   return out;
 }
 
-std::string ascii_upper(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return s;
+// Simple case mapping for ASCII, Latin-1, Latin Extended-A, Greek and
+// Cyrillic (Python's str.upper/lower there; other scripts pass unchanged).
+uint32_t map_case(uint32_t c, bool upper) {
+  if (c < 0x80) return upper ? static_cast<uint32_t>(std::toupper(static_cast<int>(c))) : static_cast<uint32_t>(std::tolower(static_cast<int>(c)));
+  if (upper) {
+    if ((c >= 0xE0 && c <= 0xFE && c != 0xF7)) return c - 0x20;
+    if (c == 0xFF) return 0x178;
+    if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 && c != 0x17F) {
+      const bool odd_is_lower = !(c >= 0x139 && c <= 0x148) && !(c >= 0x179 && c <= 0x17E);
+      if (odd_is_lower ? (c & 1) : !(c & 1)) return c - 1;
+      return c;
+    }
+    if (c >= 0x3B1 && c <= 0x3C9 && c != 0x3C2) return c - 0x20;
+    if (c >= 0x430 && c <= 0x44F) return c - 0x20;
+    if (c >= 0x450 && c <= 0x45F) return c - 0x50;
+    return c;
+  }
+  if (c >= 0xC0 && c <= 0xDE && c != 0xD7) return c + 0x20;
+  if (c == 0x178) return 0xFF;
+  if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 && c != 0x17F) {
+    const bool odd_is_lower = !(c >= 0x139 && c <= 0x148) && !(c >= 0x179 && c <= 0x17E);
+    if (odd_is_lower ? !(c & 1) : (c & 1)) return c + 1;
+    return c;
+  }
+  if (c >= 0x391 && c <= 0x3A9 && c != 0x3A2) return c + 0x20;
+  if (c >= 0x410 && c <= 0x42F) return c + 0x20;
+  if (c >= 0x400 && c <= 0x40F) return c + 0x50;
+  return c;
 }
-std::string ascii_lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
+
+std::string change_case(const std::string& s, bool upper) {
+  if (is_ascii(s)) {
+    std::string out = s;
+    for (char& ch : out) ch = static_cast<char>(map_case(static_cast<unsigned char>(ch), upper));
+    return out;
+  }
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    const auto c0 = static_cast<unsigned char>(s[i]);
+    size_t n = c0 < 0x80 ? 1 : (c0 >> 5) == 6 ? 2 : (c0 >> 4) == 14 ? 3 : (c0 >> 3) == 30 ? 4 : 1;
+    if (n != 2 || i + 1 >= s.size()) {  // only 1- and 2-byte sequences have mappings here
+      if (n == 1) out += static_cast<char>(map_case(c0, upper));
+      else out.append(s, i, std::min(n, s.size() - i));
+      i += n;
+      continue;
+    }
+    const uint32_t c = ((c0 & 0x1Fu) << 6) | (static_cast<unsigned char>(s[i + 1]) & 0x3Fu);
+    const uint32_t m = map_case(c, upper);
+    out += static_cast<char>(0xC0 | (m >> 6));
+    out += static_cast<char>(0x80 | (m & 0x3F));
+    i += 2;
+  }
+  return out;
 }
+
+std::string to_upper(const std::string& s) { return change_case(s, true); }
+std::string to_lower(const std::string& s) { return change_case(s, false); }
 bool is_alpha_byte(char c) { return std::isalpha(static_cast<unsigned char>(c)) != 0; }
 
 // Python's str.title(): a letter after a non-letter is upper-cased, others lower.
@@ -107,7 +156,7 @@ std::string py_title(std::string s) {
 }
 
 std::string py_capitalize(std::string s) {
-  s = ascii_lower(std::move(s));
+  s = to_lower(std::move(s));
   if (!s.empty()) s[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(s[0])));
   return s;
 }
@@ -739,7 +788,9 @@ class Interpreter {
       pending_caller_ = Value::undefined();
     }
     Value kwargs = Value::make_dict();
-    for (auto& [key, val] : a.keyword) {
+    for (auto& kv : a.keyword) {
+      const std::string& key = kv.first;  // named, not a structured binding: clang 14 cannot capture those
+      const Value& val = kv.second;
       auto it = std::find_if(params.begin(), params.end(), [&](const Param& p) { return p.name == key; });
       if (it == params.end()) {
         kwargs.dict->set(Value::string(key), val);
@@ -761,7 +812,7 @@ class Interpreter {
         if (f.count(p.name)) continue;
         f[p.name] = p.default_value ? eval(*p.default_value) : Value::undefined("'" + p.name + "' is undefined");
       }
-      f["varargs"] = Value::make_list(std::move(varargs));
+      f["varargs"] = Value::make_list(std::move(varargs), /*tuple=*/true);
       f["kwargs"] = kwargs;
       text = capture(is_caller ? def.body : def.body);
     } catch (...) {
@@ -1246,8 +1297,8 @@ class Interpreter {
         return Value::string(py_strip(s, ar.get_opt_string(0, "chars"), l, r));
       });
     }
-    if (name == "upper") return bound(name, [s](CallArgs&) { return Value::string(ascii_upper(s)); });
-    if (name == "lower") return bound(name, [s](CallArgs&) { return Value::string(ascii_lower(s)); });
+    if (name == "upper") return bound(name, [s](CallArgs&) { return Value::string(to_upper(s)); });
+    if (name == "lower") return bound(name, [s](CallArgs&) { return Value::string(to_lower(s)); });
     if (name == "title") return bound(name, [s](CallArgs&) { return Value::string(py_title(s)); });
     if (name == "capitalize") return bound(name, [s](CallArgs&) { return Value::string(py_capitalize(s)); });
     if (name == "startswith" || name == "endswith") {
@@ -1639,8 +1690,8 @@ class Interpreter {
     if (name == "safe") return v.is_string() && v.safe ? v : markup(to_str(v));
     if (name == "string") return v.is_string() ? v : Value::string(to_str(v));
     if (name == "trim") return Value::string(py_strip(need_string(), ar.get_opt_string(0, "chars"), true, true));
-    if (name == "upper") return Value::string(ascii_upper(need_string()));
-    if (name == "lower") return Value::string(ascii_lower(need_string()));
+    if (name == "upper") return Value::string(to_upper(need_string()));
+    if (name == "lower") return Value::string(to_lower(need_string()));
     if (name == "capitalize") return Value::string(py_capitalize(need_string()));
     if (name == "title") {
       // jinja2: words split at whitespace and -({[< ; first letter up, rest down.
@@ -1717,7 +1768,7 @@ class Interpreter {
       std::vector<Value> out, keys;
       for (const Value& item : items_of()) {
         Value key = attr ? attr_path(item, *attr, pos) : item;
-        if (!case_sensitive && key.is_string()) key = Value::string(ascii_lower(key.s));
+        if (!case_sensitive && key.is_string()) key = Value::string(to_lower(key.s));
         bool seen = false;
         for (const Value& k : keys) seen = seen || equals(k, key);
         if (!seen) {
@@ -1857,7 +1908,7 @@ class Interpreter {
       const bool by_value = by == "value";
       auto key_of = [&](const std::pair<Value, Value>& kv) {
         Value k = by_value ? kv.second : kv.first;
-        if (!case_sensitive && k.is_string()) k = Value::string(ascii_lower(k.s));
+        if (!case_sensitive && k.is_string()) k = Value::string(to_lower(k.s));
         return k;
       };
       std::stable_sort(items.begin(), items.end(), [&](const auto& x, const auto& y) {
@@ -1875,7 +1926,7 @@ class Interpreter {
       std::vector<Value> items = items_of();
       auto key_of = [&](const Value& x) {
         Value k = attr ? attr_path(x, *attr, pos) : x;
-        if (!case_sensitive && k.is_string()) k = Value::string(ascii_lower(k.s));
+        if (!case_sensitive && k.is_string()) k = Value::string(to_lower(k.s));
         return k;
       };
       std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
@@ -1936,10 +1987,18 @@ class Interpreter {
       return Value::string(percent_format(to_str(v), a, pos));
     }
     if (name == "wordcount") {
+      // jinja2 counts \w+ runs; letters of other scripts count, symbols and emoji do not.
       int64_t n = 0;
       bool in_word = false;
-      for (char c : to_str(v)) {
-        const bool w = std::isalnum(static_cast<unsigned char>(c)) || c == '_' || (static_cast<unsigned char>(c) & 0x80);
+      for (const std::string& cp : code_points(to_str(v))) {
+        uint32_t c = static_cast<unsigned char>(cp[0]);
+        if (cp.size() > 1) {
+          c &= 0xFF >> (cp.size() + 1);
+          for (size_t k = 1; k < cp.size(); ++k) c = (c << 6) | (static_cast<unsigned char>(cp[k]) & 0x3F);
+        }
+        const bool w = c < 0x80 ? (std::isalnum(static_cast<int>(c)) || c == '_')
+                                : (c >= 0xC0 && c < 0x2000 && c != 0xD7 && c != 0xF7) || (c >= 0x3040 && c < 0xA000) ||
+                                      (c >= 0xAC00 && c < 0xD7A4);
         if (w && !in_word) ++n;
         in_word = w;
       }
@@ -2042,8 +2101,8 @@ class Interpreter {
       const int64_t r = m == -1 ? 0 : as_int(v) % m;
       return name == "odd" ? r != 0 : r == 0;
     }
-    if (name == "lower") return to_str(v) == ascii_lower(to_str(v));
-    if (name == "upper") return to_str(v) == ascii_upper(to_str(v));
+    if (name == "lower") return to_str(v) == to_lower(to_str(v));
+    if (name == "upper") return to_str(v) == to_upper(to_str(v));
     if (name == "filter" || name == "test") {
       static const char* const kFilters[] = {"safe", "string", "trim", "upper", "lower", "capitalize", "title", "length",
                                              "count", "tojson", "items", "default", "d", "first", "last", "list",

@@ -229,6 +229,7 @@ TEST(ChatTemplate, StringMethodsSlicingAndUnicode) {
   EXPECT_EQ(render_text("{{ 'abcdef'[::-1] }}|{{ 'abcdef'[1:4] }}|{{ 'abcdef'[-2:] }}|{{ [1, 2, 3][:-1] }}|{{ 'abc'[::2] }}"),
             "fedcba|bcd|ef|[1, 2]|ac");
   EXPECT_EQ(render_text("{{ '한국어🦙'[1] }}|{{ '한국어🦙' | length }}|{{ '한국어🦙'[::-1] }}"), "국|4|🦙어국한");
+  EXPECT_EQ(render_text("{{ 'ÀÉÿ ŁĄ ΑΣ ДЁ 한' | lower }}|{{ 'café łą αβ жё'.upper() }}"), "àéÿ łą ασ дё 한|CAFÉ ŁĄ ΑΒ ЖЁ");
 }
 
 TEST(ChatTemplate, GlobalsOfHuggingFace) {
