@@ -756,7 +756,8 @@ class Interpreter {
     // A call block's caller() renders the block body; a macro renders its own.
     const Node* def = &n;
     const bool is_caller = call_block != nullptr;
-    const size_t defining_depth = frames_.size();
+    // A caller body sees the scope of its call site.
+    const size_t defining_depth = is_caller ? base_ : 0;
     return Value::callable(
         [def, is_caller, defining_depth](Interpreter& in, CallArgs& a) -> Value {
           return in.call_macro(*def, is_caller, defining_depth, a);
@@ -802,8 +803,7 @@ class Interpreter {
     // Caller blocks run in the scope of the call site; macros in a fresh scope
     // over the template's globals.
     const size_t saved_base = base_;
-    if (!is_caller) base_ = frames_.size();
-    (void)defining_depth;
+    base_ = is_caller ? defining_depth : frames_.size();
     frames_.emplace_back(std::move(frame));
     std::string text;
     try {

@@ -176,6 +176,9 @@ TEST(ChatTemplate, MacrosSetBlocksAndCallBlocks) {
             "[1B][12][43]");
   EXPECT_EQ(render_text("{% set x %}a{{ 1 + 1 }}{% endset %}{{ x }}|{{ x | length }}"), "a2|2");
   EXPECT_EQ(render_text("{% macro w() %}<{{ caller() }}>{% endmacro %}{% call w() %}in{% endcall %}"), "<in>");
+  EXPECT_EQ(render_text("{% macro w() %}<{{ caller() }}>{% endmacro %}{% for x in 'ab' %}{% call w() %}{{ x }}{% endcall %}"
+                        "{% endfor %}"),
+            "<a><b>");
   EXPECT_EQ(render_text("{% filter upper %}abc{% endfilter %}"), "ABC");
 }
 
@@ -310,15 +313,17 @@ struct ToolRun {
 };
 
 ToolRun run_lumen_gguf(const std::string& args) {
-  const std::string dir = ::testing::TempDir();
-  const std::string out = dir + "/chat_cli.out", err = dir + "/chat_cli.err";
+  // ctest runs tests in parallel: names unique to the test.
+  const std::string stem = ::testing::TempDir() + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  const std::string out = stem + ".out", err = stem + ".err";
   const int status =
       std::system((std::string(LUMEN_BINARY_DIR) + "/tools/lumen-gguf " + args + " >" + out + " 2>" + err).c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read(out), read(err)};
 }
 
 std::string write_temp(const std::string& name, const std::string& text) {
-  const std::string path = ::testing::TempDir() + "/" + name;
+  const std::string path =
+      ::testing::TempDir() + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "." + name;
   std::ofstream(path, std::ios::binary) << text;
   return path;
 }
