@@ -1,7 +1,9 @@
-# Llama / Mistral family decoder-only transformer, computed as llama.cpp
-# computes it: no Q/K/V biases, normal (adjacent-pair) rope, grouped-query
-# attention, SiLU-gated FFN, and an output head that may be tied to the
-# token embedding.
+# Llama family decoder-only transformer (Llama 2, Llama 3.x, Mistral),
+# computed as llama.cpp computes it: no Q/K/V biases, normal (adjacent-pair)
+# rope with Llama 3's frequency factors when the file has them
+# (`rope_freqs.weight`, the "llama3" rope scaling baked into divisors),
+# grouped-query attention, SiLU-gated FFN, and an output head that may be tied
+# to the token embedding.
 model llama                       # the general.architecture value this program accepts
 
 # ---------------------------------------------------------------- hyperparameters
@@ -12,27 +14,28 @@ param n_layer   : int   = key("{arch}.block_count")
 param n_ff      : int   = key("{arch}.feed_forward_length")
 param n_head    : int   = key("{arch}.attention.head_count")
 param n_head_kv : int   = key("{arch}.attention.head_count_kv", default = n_head)
+param head_dim  : int   = key("{arch}.attention.key_length", default = n_embd / n_head)
 param rope_base : float = key("{arch}.rope.freq_base", default = 10000.0)
 param rms_eps   : float = key("{arch}.attention.layer_norm_rms_epsilon")
 
-let head_dim  = n_embd / n_head
+let n_embd_q  = n_head * head_dim
 let n_embd_kv = n_head_kv * head_dim
 
-check n_embd % n_head == 0    : "n_embd must be a multiple of n_head"
 check n_head % n_head_kv == 0 : "n_head must be a multiple of n_head_kv"
 check head_dim % 2 == 0       : "rope needs an even head_dim"
 
 # ------------------------------------------------------------------------ weights
-weight tok_embd : q8_0[n_vocab, n_embd] = "token_embd.weight"
-weight out_norm : f32[n_embd]           = "output_norm.weight"
-weight output   : q8_0[n_vocab, n_embd] = "output.weight" else "token_embd.weight"   # tied when absent
+weight tok_embd   : q8_0[n_vocab, n_embd] = "token_embd.weight"
+weight out_norm   : f32[n_embd]           = "output_norm.weight"
+weight output     : q8_0[n_vocab, n_embd] = "output.weight" else "token_embd.weight"   # tied when absent
+weight rope_freqs : f32[head_dim / 2]     = "rope_freqs.weight" optional               # Llama 3.1+
 
 layer weights (i in n_layer) {
   attn_norm : f32[n_embd]              = "blk.{i}.attn_norm.weight"
-  wq        : q8_0[n_embd, n_embd]     = "blk.{i}.attn_q.weight"
+  wq        : q8_0[n_embd_q, n_embd]   = "blk.{i}.attn_q.weight"
   wk        : q8_0[n_embd_kv, n_embd]  = "blk.{i}.attn_k.weight"
   wv        : q8_0[n_embd_kv, n_embd]  = "blk.{i}.attn_v.weight"
-  wo        : q8_0[n_embd, n_embd]     = "blk.{i}.attn_output.weight"
+  wo        : q8_0[n_embd, n_embd_q]   = "blk.{i}.attn_output.weight"
   ffn_norm  : f32[n_embd]              = "blk.{i}.ffn_norm.weight"
   wgate     : q8_0[n_ff, n_embd]       = "blk.{i}.ffn_gate.weight"
   wup       : q8_0[n_ff, n_embd]       = "blk.{i}.ffn_up.weight"
@@ -44,8 +47,8 @@ forward(tokens : i32[N]) -> f32[1, n_vocab] {
   x = embed(tok_embd, tokens)
   for l in layers {
     h = rms_norm(x, attn_norm[l], rms_eps)
-    q = rope(matmul(h, wq[l]), heads = n_head, dim = head_dim, base = rope_base, mode = normal)
-    k = rope(matmul(h, wk[l]), heads = n_head_kv, dim = head_dim, base = rope_base, mode = normal)
+    q = rope(matmul(h, wq[l]), heads = n_head, dim = head_dim, base = rope_base, mode = normal, freqs = rope_freqs)
+    k = rope(matmul(h, wk[l]), heads = n_head_kv, dim = head_dim, base = rope_base, mode = normal, freqs = rope_freqs)
     v = matmul(h, wv[l])
     a = attention(q, k, v, heads = n_head, kv_heads = n_head_kv, dim = head_dim)
     x = x + matmul(a, wo[l])

@@ -1,7 +1,7 @@
-// lumen-gguf: inspect GGUF files and synthesize random Qwen2 models.
+// lumen-gguf: inspect GGUF files and synthesize random models.
 //   lumen-gguf info FILE [--all]
 //   lumen-gguf tokenize FILE TEXT [--bos] [--parse-special]
-//   lumen-gguf synth -o FILE [--preset tiny|tiny-wide-heads|qwen2.5-0.5b] [--n-embd N] ... [--seed N] [--tied] [--vocab-from FILE]
+//   lumen-gguf synth -o FILE [--preset tiny|tiny-wide-heads|qwen2.5-0.5b|qwen3|llama3|gemma2] [--n-embd N] ... [--seed N] [--tied] [--vocab-from FILE]
 // Every failure is one line `lumen-gguf: error: ...` on stderr and exit code 1
 // (`lumen-gguf: internal error: ...` and exit code 70 for a bug in Lumen).
 #include <unistd.h>
@@ -71,7 +71,7 @@ int run_synth(const SynthFlags& flags) {
   apply(config.n_vocab, flags.n_vocab);
   apply(config.n_ctx, flags.n_ctx);
   if (flags.seed) config.seed = *flags.seed;
-  config.tied = flags.tied;
+  if (flags.tied) config.tied = true;
   config.vocab_from = flags.vocab_from;
   if (config.vocab_from.empty()) {
     config.vocab_from = find_default_vocab();
@@ -179,7 +179,7 @@ int run_template(const TemplateFlags& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Inspect GGUF files, tokenize text with their vocabulary and synthesize random Qwen2 models"};
+  CLI::App app{"Inspect GGUF files, tokenize text with their vocabulary and synthesize random models"};
   app.require_subcommand(1);
 
   std::string info_path;
@@ -207,10 +207,10 @@ int main(int argc, char** argv) {
   tmpl->add_option("--template", template_flags.template_path, "Jinja file to use instead of tokenizer.chat_template");
 
   SynthFlags synth_flags;
-  CLI::App* synth = app.add_subcommand("synth", "Write a random Qwen2 model (Q8_0 weights, F32 norms and biases)");
+  CLI::App* synth = app.add_subcommand("synth", "Write a random model (Q8_0 weights, F32 norms and biases)");
   synth->add_option("-o,--output", synth_flags.output, "Output GGUF file")->required();
-  synth->add_option("--preset", synth_flags.preset, "Model shape: tiny, tiny-wide-heads or qwen2.5-0.5b")
-      ->check(CLI::IsMember({"tiny", "tiny-wide-heads", "qwen2.5-0.5b"}));
+  synth->add_option("--preset", synth_flags.preset, "Model: tiny, tiny-wide-heads or qwen2.5-0.5b (qwen2), qwen3, llama3, gemma2 (tiny; vocabulary size from --vocab-from)")
+      ->check(CLI::IsMember({"tiny", "tiny-wide-heads", "qwen2.5-0.5b", "qwen3", "llama3", "gemma2"}));
   synth->add_option("--n-embd", synth_flags.n_embd, "Embedding length");
   synth->add_option("--n-layer", synth_flags.n_layer, "Number of layers");
   synth->add_option("--n-head", synth_flags.n_head, "Attention heads");

@@ -52,7 +52,8 @@ constexpr BuiltinName kBuiltinNames[] = {
     {Builtin::Embed, "embed"},     {Builtin::RmsNorm, "rms_norm"},   {Builtin::MatMul, "matmul"},
     {Builtin::Add, "add"},         {Builtin::Mul, "mul"},            {Builtin::Silu, "silu"},
     {Builtin::Rope, "rope"},       {Builtin::Attention, "attention"}, {Builtin::Softmax, "softmax"},
-    {Builtin::Last, "last"},       {Builtin::Key, "key"},            {Builtin::Len, "len"},
+    {Builtin::Last, "last"},       {Builtin::Scale, "scale"},        {Builtin::Gelu, "gelu"},
+    {Builtin::Softcap, "softcap"}, {Builtin::Key, "key"},            {Builtin::Len, "len"},
     {Builtin::Sqrt, "sqrt"},       {Builtin::Min, "min"},            {Builtin::Max, "max"},
 };
 static_assert(std::size(kBuiltinNames) == static_cast<size_t>(Builtin::Max), "one name per builtin");
@@ -226,6 +227,7 @@ std::string typed(const Expr& e) {
 void dump_weight(std::string& out, const WeightDecl& w, const std::string& indent) {
   out += indent + "weight " + w.name + " : " + type_text(w.type) + " = " + quote(w.gguf_name);
   if (w.fallback) out += " else " + quote(*w.fallback);
+  if (w.optional) out += " optional";
   out += " @" + loc_text(w.range) + "\n";
 }
 

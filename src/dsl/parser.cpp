@@ -306,7 +306,7 @@ class Parser {
     return c;
   }
 
-  // weight_body = IDENT ":" tensor_type "=" STRING ["else" STRING]
+  // weight_body = IDENT ":" tensor_type "=" STRING ["else" STRING | "optional"]
   std::unique_ptr<WeightDecl> parse_weight_body(bool per_layer) {
     auto w = std::make_unique<WeightDecl>();
     w->per_layer = per_layer;
@@ -330,6 +330,9 @@ class Parser {
       w->fallback = tok().text;
       w->fallback_range = tok().range;
       take();
+    } else if (at_word("optional") && peek(1).kind != TokenKind::Colon) {  // not a weight named optional
+      take();
+      w->optional = true;
     }
     w->range = from(w->name_range);
     return w;

@@ -55,7 +55,7 @@ const std::vector<Signature>& signatures() {
       if (!op.in_dsl) continue;
       Signature sig{builtin_from_name(op.name), {}, &op};
       for (const ops::OperandSpec& o : op.operands)
-        sig.args.push_back({o.name, o.role == ops::Role::Weight ? ArgKind::Weight : ArgKind::Tensor, true});
+        sig.args.push_back({o.name, o.role == ops::Role::Weight ? ArgKind::Weight : ArgKind::Tensor, !o.optional});
       for (const ops::AttrSpec& a : op.attrs) {
         if (a.internal) continue;
         ArgKind k = a.kind == ops::AttrKind::Size ? ArgKind::Int
@@ -1094,17 +1094,14 @@ class Sema {
     if (!ok) return unknown(c);
     std::vector<const Expr*> operands;
     std::map<std::string, const Expr*> attrs;
-    for (const ops::OperandSpec& o : sig->op->operands) operands.push_back(c.find(o.name));
+    for (const ops::OperandSpec& o : sig->op->operands)
+      if (const Expr* e = c.find(o.name); e || !o.optional) operands.push_back(e);  // an absent optional one is left out
     for (const ops::AttrSpec& a : sig->op->attrs)
       if (const Expr* e = c.find(a.name)) attrs[a.name] = e;
     ExprType t = apply_rule(c, *sig->op, operands, attrs, !scalars_ok);
     if (t.kind != ValueKind::Unknown && sig->op->per_layer_state) {
       if (!in_loop_) {
         error(c.callee_range, quoted(c.callee) + " must be inside the layer loop (it keeps state per layer)");
-        return unknown(c);
-      }
-      if (++per_layer_ops_[sig->op->name] > 1) {
-        error(c.callee_range, quoted(c.callee) + " appears twice in the layer loop (it keeps one state per layer)");
         return unknown(c);
       }
     }
@@ -1135,7 +1132,6 @@ class Sema {
   std::set<std::string> loop_only_;              // values that went out of scope at the loop end
   bool in_loop_ = false;
   bool seen_loop_ = false;
-  std::map<std::string, int> per_layer_ops_;   // ops with per-layer state seen in the loop body
   std::string loop_var_;
 };
 

@@ -7,9 +7,9 @@ namespace lumen::ir {
 
 namespace {
 constexpr std::array<const char*, 5> kDTypeNames = {"f32", "f16", "q8_0", "act_q8", "i32"};
-constexpr std::array<const char*, 14> kOpNames = {
-    "embed", "rms_norm", "rms_norm_quant", "quantize", "matmul", "rope", "attention",
-    "add",   "mul",      "silu",           "silu_mul", "softmax", "last", "view"};
+constexpr std::array<const char*, 17> kOpNames = {
+    "embed", "rms_norm", "rms_norm_quant", "quantize", "matmul",  "rope",    "attention", "add", "mul",
+    "silu",  "silu_mul", "softmax",        "last",     "scale",   "gelu",    "softcap",   "view"};
 static_assert(kOpNames.size() == static_cast<size_t>(OpKind::View) + 1, "one name per OpKind");
 constexpr std::array<const char*, 5> kEpilogueNames = {"none", "bias", "residual", "bias_residual",
                                                        "silu_mul"};

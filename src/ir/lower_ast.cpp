@@ -159,6 +159,7 @@ class AstLowering {
     out.dtype = dtype(w.type.dtype);
     for (const auto& d : w.type.dims) out.shape.push_back(dim(*d));
     if (w.fallback) out.fallback = *w.fallback;
+    out.optional = w.optional;
     out.line = w.range.begin.line;
     m_.weights.push_back(std::move(out));
   }
@@ -301,6 +302,21 @@ class AstLowering {
     return emit(std::move(op), at);
   }
 
+  // E of `sqrt(E)` with E an integer size expression (the float scalars the
+  // IR carries as sizes: sqrt(n_embd)).
+  std::optional<Dim> sqrt_of(const ast::Expr& e) {
+    auto* call = ast::dyn_cast<ast::CallExpr>(&e);
+    if (!call || call->builtin != ast::Builtin::Sqrt || call->args.size() != 1) return std::nullopt;
+    return dim(*call->args[0].value);
+  }
+  // E of `1 / sqrt(E)`.
+  std::optional<Dim> rsqrt_of(const ast::Expr& e) {
+    auto* bin = ast::dyn_cast<ast::BinaryExpr>(&e);
+    auto one = bin && bin->op == ast::BinaryOp::Div ? number(*bin->lhs) : std::nullopt;
+    if (!one || *one != 1.0) return std::nullopt;
+    return sqrt_of(*bin->rhs);
+  }
+
   ValueId value(const ast::Expr& e) {
     if (auto* name = ast::dyn_cast<ast::NameExpr>(&e)) {
       auto it = env_.find(name->name);
@@ -331,6 +347,7 @@ class AstLowering {
         op.operands = {value(arg(*call, "x"))};
         op.weights = {*w};
         op.set_attr("eps", Attr::ident(param_name(arg(*call, "eps"), "rms_norm's eps", "eps")));
+        if (const ast::Expr* heads = call->find("heads")) op.set_attr("heads", Attr::of_dim(dim(*heads)));
         break;
       }
       case ast::Builtin::MatMul: {
@@ -366,6 +383,11 @@ class AstLowering {
           mode = name->name;
         }
         op.set_attr("mode", Attr::ident(mode));
+        if (const ast::Expr* freqs = call->find("freqs")) {
+          auto w = weight_ref(*freqs);
+          if (!w) error(freqs->range, "rope's freqs must be a weight");
+          op.weights = {*w};
+        }
         break;
       }
       case ast::Builtin::Attention: {
@@ -376,8 +398,38 @@ class AstLowering {
         op.set_attr("heads", Attr::of_dim(heads));
         op.set_attr("kv_heads", Attr::of_dim(kv ? dim(*kv) : heads));
         op.set_attr("dim", Attr::of_dim(dim(arg(*call, "dim"))));
+        if (const ast::Expr* scale = call->find("scale")) {
+          if (auto d = rsqrt_of(*scale))
+            op.set_attr("scale_rsqrt", Attr::of_dim(*d));
+          else
+            op.set_attr("scale", Attr::ident(param_name(*scale, "attention's scale (a param, a number or 1 / sqrt(size))", "attn_scale")));
+        }
+        if (const ast::Expr* cap = call->find("softcap"))
+          op.set_attr("softcap", Attr::ident(param_name(*cap, "attention's softcap", "softcap")));
+        if (const ast::Expr* window = call->find("window")) op.set_attr("window", Attr::of_dim(dim(*window)));
+        if (const ast::Expr* pattern = call->find("window_pattern"))
+          op.set_attr("window_pattern", Attr::of_dim(dim(*pattern)));
         break;
       }
+      case ast::Builtin::Scale: {
+        op.kind = OpKind::Scale;
+        op.operands = {value(arg(*call, "x"))};
+        const ast::Expr& factor = arg(*call, "factor");
+        if (auto d = sqrt_of(factor))
+          op.set_attr("factor_sqrt", Attr::of_dim(*d));
+        else
+          op.set_attr("factor", Attr::ident(param_name(factor, "scale's factor (a param, a number or sqrt(size))", "scale")));
+        break;
+      }
+      case ast::Builtin::Gelu:
+        op.kind = OpKind::Gelu;
+        op.operands = {value(arg(*call, "x"))};
+        break;
+      case ast::Builtin::Softcap:
+        op.kind = OpKind::Softcap;
+        op.operands = {value(arg(*call, "x"))};
+        op.set_attr("cap", Attr::ident(param_name(arg(*call, "cap"), "softcap's cap", "softcap")));
+        break;
       default: error(e.range, quoted(call->callee) + " is not a tensor operation");
     }
     return emit(std::move(op), e);

@@ -348,6 +348,7 @@ class Parser {
     expect_punct("=");
     w.gguf_name = take(Token::Kind::String, "a tensor name").text;
     if (accept_ident("else")) w.fallback = take(Token::Kind::String, "a tensor name").text;
+    else if (accept_ident("optional")) w.optional = true;
     if (m_.find_weight(w.name)) fail_at(w.line, "weight '@" + w.name + "' defined twice");
     m_.weights.push_back(std::move(w));
   }

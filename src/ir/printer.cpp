@@ -86,6 +86,7 @@ class Printer {
     out_ += shape_str(w.shape);
     out_ += " = " + quote(w.gguf_name);
     if (!w.fallback.empty()) out_ += " else " + quote(w.fallback);
+    if (w.optional) out_ += " optional";
     out_ += "\n";
   }
 

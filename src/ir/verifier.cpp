@@ -182,8 +182,7 @@ class Verifier {
       if (spec.internal) continue;  // matmul's epilogue is a field of the op
       const Attr* a = op.attr(spec.name);
       if (!a) {
-        // Optional attributes are always written by the lowering.
-        problem(at + ": missing attribute " + spec.name);
+        if (spec.required) problem(at + ": missing attribute " + spec.name);
         continue;
       }
       Attr::Kind want = spec.kind == ops::AttrKind::Size ? Attr::Kind::Dim : Attr::Kind::Ident;

@@ -115,6 +115,16 @@ Verdict rms_norm_to(const OpCall& c, DType out) {
   if (auto e = need_activation(c, 0, "rms_norm", "x")) return *e;
   const TensorType& x = c.operands[0];
   const TensorType& w = c.operands[1];
+  if (auto heads = c.sizes.find("heads"); heads != c.sizes.end()) {
+    // Per head: each of `heads` groups of a row is normalized with the same weight (Qwen3's Q/K norms).
+    if (w.dtype != DType::F32 || w.shape.size() != 1)
+      return at_operand(1, "rms_norm weight must be f32[D] (one head) with heads = " + heads->second.text + ", found " + w.str());
+    ShapeDim width = product(heads->second, w.shape[0]);
+    if (!eq(c, width, x.shape[1]))
+      return at_operand(1, "rms_norm weight must be f32[D] with " + heads->second.text + " * D = " + x.shape[1].text +
+                               " to match " + x.str() + ", found " + w.str() + hint(c, width, x.shape[1]));
+    return ok({out, x.shape});
+  }
   if (w.dtype != DType::F32 || w.shape.size() != 1 || !eq(c, w.shape[0], x.shape[1]))
     return at_operand(1, "rms_norm weight must be f32[" + x.shape[1].text + "] to match " + x.str() +
                              ", found " + w.str() + (w.shape.size() == 1 ? hint(c, w.shape[0], x.shape[1]) : ""));
@@ -179,6 +189,12 @@ Verdict rope(const OpCall& c) {
                              width.text + ")" + hint(c, x.shape[1], width));
   if (!c.facts->divides(SymDim::constant(2), dim.sym))
     return at_attr("dim", "'rope' needs an even dim: add a check that " + dim.text + " % 2 == 0");
+  if (c.operands.size() > 1) {  // frequency factors: one divisor per rotated pair (Llama 3's rope_freqs)
+    const TensorType& f = c.operands[1];
+    ShapeDim half{dim.sym / SymDim::constant(2), "(" + dim.text + ") / 2"};
+    if (f.dtype != DType::F32 || f.shape.size() != 1 || !eq(c, f.shape[0], half))
+      return at_operand(1, "rope's freqs must be f32[" + half.text + "], one factor per rotated pair, found " + f.str());
+  }
   return ok(x);
 }
 
@@ -242,6 +258,9 @@ Verdict same_as_input(const OpCall& c, const char* op) {
   return ok(c.operands[0]);
 }
 Verdict silu(const OpCall& c) { return same_as_input(c, "silu"); }
+Verdict scale(const OpCall& c) { return same_as_input(c, "scale"); }
+Verdict gelu(const OpCall& c) { return same_as_input(c, "gelu"); }
+Verdict softcap(const OpCall& c) { return same_as_input(c, "softcap"); }
 Verdict softmax(const OpCall& c) { return same_as_input(c, "softmax"); }
 
 Verdict silu_mul(const OpCall& c) {
@@ -271,24 +290,35 @@ const std::vector<OpInfo>& op_table() {
   static const std::vector<OpInfo> table = {
       {OpId::Embed, "embed", true, {{"table", R::Weight}, {"tokens", R::Activation}}, {}, embed, false,
        "rows of the table picked by the token ids: f32[N, cols]"},
-      {OpId::RmsNorm, "rms_norm", true, {{"x", R::Activation}, {"weight", R::Weight}}, {{"eps", K::Scalar, true}},
-       rms_norm, false, "x / sqrt(mean(x^2) + eps) * weight, per row"},
+      {OpId::RmsNorm, "rms_norm", true, {{"x", R::Activation}, {"weight", R::Weight}},
+       {{"eps", K::Scalar, true}, {"heads", K::Size, false, {}, "one group: the whole row"}}, rms_norm, false,
+       "x / sqrt(mean(x^2) + eps) * weight, per row; with heads, per head (weight one head wide)"},
       {OpId::RmsNormQuant, "rms_norm_quant", false, {{"x", R::Activation}, {"weight", R::Weight}},
-       {{"eps", K::Scalar, true}}, rms_norm_quant, false, "rms_norm, then quantize"},
+       {{"eps", K::Scalar, true}, {"heads", K::Size, false, {}, "one group: the whole row"}}, rms_norm_quant, false,
+       "rms_norm, then quantize"},
       {OpId::Quantize, "quantize", false, {{"x", R::Activation}}, {}, quantize, false,
        "f32 rows to act_q8 blocks (matmul's input)"},
       {OpId::MatMul, "matmul", true, {{"x", R::Activation}, {"w", R::Weight, true}},
        {{"epilogue", K::Choice, false, {"none", "bias", "residual", "bias_residual", "silu_mul"}, "none", true}}, matmul,
        false, "x times the transposed weights (fused: side by side), with an optional epilogue"},
-      {OpId::Rope, "rope", true, {{"x", R::Activation}},
+      {OpId::Rope, "rope", true, {{"x", R::Activation}, {"freqs", R::Weight, false, true}},
        {{"heads", K::Size, true},
         {"dim", K::Size, true},
         {"base", K::Scalar, false, {}, "10000"},
         {"mode", K::Choice, false, {"neox", "normal"}, "neox"}},
-       rope, false, "rotary position embedding of each head, in place"},
+       rope, false, "rotary position embedding of each head, in place; freqs divide each pair's angle"},
       {OpId::Attention, "attention", true, {{"q", R::Activation}, {"k", R::Activation}, {"v", R::Activation}},
-       {{"heads", K::Size, true}, {"kv_heads", K::Size, false, {}, "heads"}, {"dim", K::Size, true}}, attention, true,
-       "causal grouped-query attention over this layer's KV cache"},
+       {{"heads", K::Size, true},
+        {"kv_heads", K::Size, false, {}, "heads"},
+        {"dim", K::Size, true},
+        {"scale", K::Scalar, false, {}, "1/sqrt(dim); also 1 / sqrt(size)"},
+        {"scale_rsqrt", K::Size, false, {}, "scale = 1/sqrt(this size), from `scale = 1 / sqrt(size)`", true},
+        {"softcap", K::Scalar, false, {}, "none"},
+        {"window", K::Size, false, {}, "none"},
+        {"window_pattern", K::Size, false, {}, "0: the window on every layer"}},
+       attention, true,
+       "causal grouped-query attention over this op's KV cache (one per layer), with optional logit soft-capping "
+       "and a sliding window on the layers l with pattern == 0 || l % pattern < pattern - 1"},
       {OpId::Add, "add", true, {{"a", R::Either}, {"b", R::Either}}, {}, add, false, "a + b (a weight row broadcasts)"},
       {OpId::Mul, "mul", true, {{"a", R::Either}, {"b", R::Either}}, {}, mul, false, "a * b (a weight row broadcasts)"},
       {OpId::Silu, "silu", true, {{"x", R::Activation}}, {}, silu, false, "x * sigmoid(x)"},
@@ -298,6 +328,15 @@ const std::vector<OpInfo>& op_table() {
       {OpId::Last, "last", true, {{"x", R::Activation}}, {}, last, false, "the last row: f32[1, cols]"},
       {OpId::View, "view", false, {{"x", R::Activation}}, {{"offset", K::Size, true}, {"cols", K::Size, true}}, view,
        false, "columns [offset, offset + cols) of x"},
+      {OpId::Scale, "scale", true, {{"x", R::Activation}},
+       // factor is required in the DSL (the lowering says so); the IR carries
+       // either it or factor_sqrt.
+       {{"factor", K::Scalar, false, {}, "sqrt(factor_sqrt)"},
+        {"factor_sqrt", K::Size, false, {}, "factor = sqrt(this size), from `factor = sqrt(size)`", true}},
+       scale, false, "x * factor (a param, a number or sqrt(size))"},
+      {OpId::Gelu, "gelu", true, {{"x", R::Activation}}, {}, gelu, false, "GELU, tanh approximation (as ggml)"},
+      {OpId::Softcap, "softcap", true, {{"x", R::Activation}}, {{"cap", K::Scalar, true}}, softcap, false,
+       "cap * tanh(x / cap)"},
   };
   return table;
 }
@@ -323,8 +362,9 @@ const AttrSpec* find_attr(const OpInfo& op, std::string_view name) {
 Verdict infer(const OpInfo& op, const OpCall& call) {
   size_t want = op.operands.size();
   bool variadic = !op.operands.empty() && op.operands.back().variadic;
+  bool optional = !op.operands.empty() && op.operands.back().optional;
   size_t have = call.operands.size();
-  if (have != want && !(variadic && have > want)) {
+  if (have != want && !(variadic && have > want) && !(optional && have + 1 == want)) {
     Verdict v;
     v.message = std::string("'") + op.name + "' takes " + (variadic ? "at least " : "") + std::to_string(want) +
                 " operand" + (want == 1 ? "" : "s") + ", has " + std::to_string(have);

@@ -139,6 +139,7 @@ class Lowering {
       pw.dtypes = {to_program(w.dtype)};
       for (auto it = w.shape.rbegin(); it != w.shape.rend(); ++it) pw.shape.push_back(expr(*it));  // ggml order
       pw.fallback = w.fallback;
+      pw.optional = w.optional;
       weight_index_[w.name] = static_cast<int>(p.weights.size());
       p.weights.push_back(std::move(pw));
     }
@@ -249,6 +250,7 @@ class Lowering {
       case ir::OpKind::RmsNormQuant:
         p.kind = op.kind == ir::OpKind::RmsNorm ? program::OpKind::RmsNorm : program::OpKind::RmsNormQuant;
         p.eps_hparam = param_attr(op, "eps");
+        if (op.attr("heads")) p.n_heads = dim_attr(op, "heads");
         break;
       case ir::OpKind::Quantize: p.kind = program::OpKind::Quantize; break;
       case ir::OpKind::MatMul:
@@ -276,6 +278,23 @@ class Lowering {
         p.n_heads_kv = dim_attr(op, "kv_heads");
         p.head_dim = dim_attr(op, "dim");
         if (!kv_dim_) kv_dim_ = expr(f_.type(op.operands.at(1)).shape.at(1));
+        if (op.attr("scale")) p.attn_scale_hparam = param_attr(op, "scale");
+        if (op.attr("scale_rsqrt")) p.attn_scale_rsqrt = dim_attr(op, "scale_rsqrt");
+        if (op.attr("softcap")) p.attn_softcap_hparam = param_attr(op, "softcap");
+        if (op.attr("window")) p.window = dim_attr(op, "window");
+        if (op.attr("window_pattern")) p.window_pattern = dim_attr(op, "window_pattern");
+        break;
+      case ir::OpKind::Scale:
+        p.kind = program::OpKind::Scale;
+        if (op.attr("factor_sqrt"))
+          p.scalar_sqrt = dim_attr(op, "factor_sqrt");
+        else
+          p.scalar_hparam = param_attr(op, "factor");
+        break;
+      case ir::OpKind::Gelu: p.kind = program::OpKind::Gelu; break;
+      case ir::OpKind::Softcap:
+        p.kind = program::OpKind::Softcap;
+        p.scalar_hparam = param_attr(op, "cap");
         break;
       case ir::OpKind::Add: p.kind = program::OpKind::Add; break;
       case ir::OpKind::Mul: p.kind = program::OpKind::Mul; break;

@@ -162,6 +162,9 @@ const char* to_string(OpKind k) {
     case OpKind::SiluMul: return "SiluMul";
     case OpKind::TakeLast: return "TakeLast";
     case OpKind::Softmax: return "Softmax";
+    case OpKind::Scale: return "Scale";
+    case OpKind::Gelu: return "Gelu";
+    case OpKind::Softcap: return "Softcap";
   }
   return "?";
 }

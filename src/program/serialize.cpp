@@ -104,7 +104,8 @@ class TextWriter {
       for (const Expr& e : w.shape) shape.append(shape.empty() ? "" : "|").append(expr(e));
       out_ += "weight name=" + quote(w.name) + " gguf=" + quote(w.gguf_name) +
               " per_layer=" + (w.per_layer ? "1" : "0") + " dtypes=" + (dtypes.empty() ? "_" : dtypes) +
-              " shape=" + (shape.empty() ? "_" : shape) + " fallback=" + quote(w.fallback) + "\n";
+              " shape=" + (shape.empty() ? "_" : shape) + " fallback=" + quote(w.fallback) +
+              (w.optional ? " optional=1" : "") + "\n";
     }
     for (const Buffer& b : p_.buffers) {
       out_ += "buffer name=" + quote(b.name) + " dtype=" + program::to_string(b.dtype) +
@@ -188,6 +189,13 @@ class TextWriter {
     if (!op.n_heads.terms.empty()) line += " n_heads=" + expr(op.n_heads);
     if (!op.n_heads_kv.terms.empty()) line += " n_heads_kv=" + expr(op.n_heads_kv);
     if (!op.head_dim.terms.empty()) line += " head_dim=" + expr(op.head_dim);
+    if (op.attn_scale_hparam >= 0) line += " attn_scale=" + hparam_ref(op.attn_scale_hparam);
+    if (!op.attn_scale_rsqrt.terms.empty()) line += " attn_scale_rsqrt=" + expr(op.attn_scale_rsqrt);
+    if (op.attn_softcap_hparam >= 0) line += " attn_softcap=" + hparam_ref(op.attn_softcap_hparam);
+    if (op.scalar_hparam >= 0) line += " scalar=" + hparam_ref(op.scalar_hparam);
+    if (!op.scalar_sqrt.terms.empty()) line += " scalar_sqrt=" + expr(op.scalar_sqrt);
+    if (!op.window.terms.empty()) line += " window=" + expr(op.window);
+    if (!op.window_pattern.terms.empty()) line += " window_pattern=" + expr(op.window_pattern);
     if (op.line != 0) line += " line=" + std::to_string(op.line);
     out_ += line + "\n";
   }
@@ -543,7 +551,7 @@ constexpr DType kDTypes[] = {DType::F32, DType::F16, DType::Q8_0, DType::ActQ8, 
 constexpr OpKind kOpKinds[] = {OpKind::Embed, OpKind::RmsNorm, OpKind::RmsNormQuant, OpKind::Quantize,
                                OpKind::MatMul, OpKind::Rope, OpKind::Attention, OpKind::Add,
                                OpKind::Mul, OpKind::Silu, OpKind::SiluMul, OpKind::TakeLast,
-                               OpKind::Softmax};
+                               OpKind::Softmax, OpKind::Scale, OpKind::Gelu, OpKind::Softcap};
 constexpr Epilogue kEpilogues[] = {Epilogue::None, Epilogue::Bias, Epilogue::Residual,
                                    Epilogue::BiasResidual, Epilogue::SiluMul};
 constexpr Check::Cmp kCmps[] = {Check::Cmp::Eq, Check::Cmp::Ne, Check::Cmp::Lt,
@@ -674,6 +682,7 @@ Program deserialize(std::string_view text) {
       if (shape != "_")
         for (const std::string& e : RecordReader::split(shape, '|')) w.shape.push_back(rd.expr(e, "shape"));
       w.fallback = rd.need("fallback");
+      if (auto o = rd.get("optional")) w.optional = *o == "1";
     } else if (r.kind == "pre" || r.kind == "layer" || r.kind == "post") {
       std::vector<Op>& section = r.kind == "pre" ? p.pre : r.kind == "layer" ? p.layer : p.post;
       Op& op = section.emplace_back();
@@ -697,6 +706,13 @@ Program deserialize(std::string_view text) {
       op.n_heads = rd.expr_field("n_heads", false);
       op.n_heads_kv = rd.expr_field("n_heads_kv", false);
       op.head_dim = rd.expr_field("head_dim", false);
+      op.attn_scale_hparam = rd.hparam_field("attn_scale");
+      op.attn_scale_rsqrt = rd.expr_field("attn_scale_rsqrt", false);
+      op.attn_softcap_hparam = rd.hparam_field("attn_softcap");
+      op.scalar_hparam = rd.hparam_field("scalar");
+      op.scalar_sqrt = rd.expr_field("scalar_sqrt", false);
+      op.window = rd.expr_field("window", false);
+      op.window_pattern = rd.expr_field("window_pattern", false);
       int64_t src_line = rd.integer("line", 0);
       if (src_line < 0 || src_line > INT32_MAX) fail(r.line, "source line out of range");
       op.line = static_cast<int>(src_line);

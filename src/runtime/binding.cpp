@@ -189,6 +189,10 @@ void bind_weights(const Program& p, const gguf::File& file, BoundModel& b) {
       std::string name = substitute_layer(w.gguf_name, layer);
       const gguf::TensorInfo* t = file.find_tensor(name);
       if (t == nullptr && !w.fallback.empty()) t = file.find_tensor(substitute_layer(w.fallback, layer));
+      if (t == nullptr && w.optional) {
+        b.tensors[wi].push_back(nullptr);
+        continue;
+      }
       if (t == nullptr) throw LoadError("missing tensor '" + name + "' (weight '" + w.name + "')");
       std::optional<DType> dt = dtype_of(t->type);
       bool accepted = false;
@@ -230,6 +234,7 @@ int64_t bind_matmul(const CompiledModel& model, const program::Op& op, int64_t l
   int64_t rows_total = 0;
   for (int wi : op.weights) {
     const gguf::TensorInfo* t = b.tensor(wi, layer);
+    if (t == nullptr) throw LoadError("matmul weight '" + p.weights[static_cast<size_t>(wi)].name + "' is absent");
     std::vector<int64_t> ne = squeeze(t->ne);
     if (t->type != gguf::TensorType::Q8_0 || ne.size() > 2)
       throw LoadError("matmul weight '" + t->name + "' must be a 2-D Q8_0 tensor");
@@ -262,6 +267,7 @@ int64_t bind_matmul(const CompiledModel& model, const program::Op& op, int64_t l
       const gguf::TensorInfo* bt = b.tensor(bi, layer);
       const gguf::TensorInfo* wt = b.tensor(op.weights[i], layer);
       int64_t rows = squeeze(wt->ne).size() == 2 ? wt->ne[1] : 1;
+      if (bt == nullptr) throw LoadError("the bias for '" + wt->name + "' is absent");
       if (bt->type != gguf::TensorType::F32 || static_cast<int64_t>(bt->n_elements) != rows)
         throw LoadError("bias for '" + wt->name + "' must be F32 with " + std::to_string(rows) + " elements");
       const float* src = reinterpret_cast<const float*>(bt->data);

@@ -34,12 +34,14 @@ float load(const void* base, int64_t i) {
 // scaled values' max subtracted, exponentials kept in f32 but summed in
 // double, then one f32 reciprocal and a multiplication per element; with kF16
 // the probabilities are rounded to f16 (for an f16 V cache). y may equal x.
-// A scale of 1 changes no value: x * 1.0f == x exactly.
+// A scale of 1 changes no value: x * 1.0f == x exactly. With softcap > 0
+// each scaled value becomes softcap * tanh(value / softcap) first.
 template <bool kF16>
-void softmax(const float* x, float* y, int64_t n, float scale) {
+void softmax(const float* x, float* y, int64_t n, float scale, float softcap = 0) {
   float max = -INFINITY;
   for (int64_t j = 0; j < n; ++j) {
     y[j] = x[j] * scale;
+    if (softcap > 0) y[j] = std::tanh(y[j] * (1.0f / softcap)) * softcap;
     max = std::fmax(max, y[j]);
   }
   double sum = 0;
@@ -64,7 +66,7 @@ void attention_scalar(const AttentionHead& a) {
     for (int64_t d = 0; d < a.head_dim; ++d) s += q[d] * load<kF16>(a.k, j * a.row_stride + d);
     a.scores[j] = s;
   }
-  softmax<kF16>(a.scores, a.scores, a.n_keys, a.scale);
+  softmax<kF16>(a.scores, a.scores, a.n_keys, a.scale, a.softcap);
   for (int64_t d = 0; d < a.head_dim; ++d) a.out[d] = 0;
   for (int64_t j = 0; j < a.n_keys; ++j)
     for (int64_t d = 0; d < a.head_dim; ++d) a.out[d] += a.scores[j] * load<kF16>(a.v, j * a.row_stride + d);
@@ -112,8 +114,14 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256 exp_nonpositive(__m256 x)
 
 // softmax<kF16> with the scaling, max and final rounding vectorized (F16C
 // rounds to nearest even, like the scalar conversion); same arithmetic.
+// Soft-capping, when asked, runs as a scalar pass (tanh): only Gemma-style
+// programs use it.
 template <bool kF16>
-__attribute__((target("avx2,fma,f16c"))) void softmax_avx2(float* scores, int64_t n, float scale) {
+__attribute__((target("avx2,fma,f16c"))) void softmax_avx2(float* scores, int64_t n, float scale, float softcap = 0) {
+  if (softcap > 0) {
+    for (int64_t i = 0; i < n; ++i) scores[i] = std::tanh(scores[i] * scale * (1.0f / softcap)) * softcap;
+    scale = 1.0f;  // x * 1.0f == x: the vector pass below only takes the max
+  }
   const __m256 vscale = _mm256_set1_ps(scale);
   __m256 vmax = _mm256_set1_ps(-INFINITY);
   int64_t j = 0;
@@ -185,7 +193,7 @@ __attribute__((target("avx2,fma,f16c"))) void attention_avx2(const AttentionHead
     if (d < a.head_dim) acc0 = _mm256_fmadd_ps(_mm256_load_ps(q + d), load8<kF16>(a.k, row + d), acc0);
     a.scores[j] = hsum(_mm256_add_ps(acc0, acc1));
   }
-  softmax_avx2<kF16>(a.scores, a.n_keys, a.scale);
+  softmax_avx2<kF16>(a.scores, a.n_keys, a.scale, a.softcap);
   // Output in blocks of 64 dims held in eight registers across all keys.
   for (int64_t d0 = 0; d0 < a.head_dim; d0 += 64) {
     const int64_t lanes = std::min<int64_t>(64, a.head_dim - d0) / 8;
@@ -243,7 +251,7 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) void attention_avx512(const Att
       acc = _mm512_fmadd_ps(_mm512_load_ps(q + d), load16<kF16>(a.k, j * a.row_stride + d), acc);
     a.scores[j] = _mm512_reduce_add_ps(acc);
   }
-  softmax_avx2<kF16>(a.scores, a.n_keys, a.scale);
+  softmax_avx2<kF16>(a.scores, a.n_keys, a.scale, a.softcap);
   // Output in blocks of 128 dims held in eight registers across all keys.
   for (int64_t d0 = 0; d0 < a.head_dim; d0 += 128) {
     const int64_t lanes = std::min<int64_t>(128, a.head_dim - d0) / 16;
@@ -264,21 +272,30 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) void attention_avx512(const Att
 // accumulators fed by broadcast q values; V is converted once into f32 rows
 // and a 6-row x 64-dim output tile is 24 accumulators. Tiles stop at the last
 // key their rows can see (causal bound); probabilities past a row's own bound
-// are zero, so the shared tile bound does not change its sums.
+// are zero, so the shared tile bound does not change its sums. With a
+// sliding window, keys are counted from the first one the block's first token
+// sees (key_base); probabilities before each row's own first key are zero.
 template <bool kF16>
 __attribute__((target("avx512f,avx2,fma,f16c"))) void attention_block_avx512(const AttentionBlock& b) {
   constexpr int64_t kRows = 6, kPanel = 32;
   const int64_t hd = b.head_dim, heads = b.n_heads;
   const int64_t n_rows = b.n_tokens * heads;
   const int64_t rows_pad = (n_rows + kRows - 1) / kRows * kRows;
-  const int64_t n_keys = b.first_n_keys + b.n_tokens - 1;  // what the last token sees
+  const int64_t key_base = b.window > 0 ? std::max<int64_t>(0, b.first_n_keys - b.window) : 0;
+  const int64_t n_keys = b.first_n_keys + b.n_tokens - 1 - key_base;  // what the last token sees
   const int64_t keys_pad = (n_keys + kPanel - 1) / kPanel * kPanel;
+  const void* k_base = static_cast<const uint8_t*>(b.k) + key_base * b.row_stride * (kF16 ? 2 : 4);
+  const void* v_base = static_cast<const uint8_t*>(b.v) + key_base * b.row_stride * (kF16 ? 2 : 4);
   thread_local std::vector<float> qs, kt, vf, s;
   qs.assign(static_cast<size_t>(rows_pad * hd), 0.0f);
   kt.resize(static_cast<size_t>(keys_pad * hd));
   vf.resize(static_cast<size_t>(n_keys * hd));
   s.resize(static_cast<size_t>(rows_pad * keys_pad));
-  auto keys_of_row = [&](int64_t row) { return b.first_n_keys + row / heads; };
+  // Keys [first_key_of_row, keys_of_row) of a row, counted from key_base.
+  auto keys_of_row = [&](int64_t row) { return b.first_n_keys + row / heads - key_base; };
+  auto first_key_of_row = [&](int64_t row) {
+    return b.window > 0 ? std::max<int64_t>(0, b.first_n_keys + row / heads - b.window) - key_base : 0;
+  };
 
   for (int64_t i = 0; i < n_rows; ++i) {
     const float* src = b.q + (i / heads) * b.q_token_stride + (i % heads) * hd;
@@ -292,10 +309,10 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) void attention_block_avx512(con
   for (int64_t j = 0; j < keys_pad; ++j) {
     float* panel = kt.data() + (j / kPanel) * hd * kPanel + j % kPanel;
     if (j < n_keys) {
-      for (int64_t d = 0; d < hd; d += 16) _mm512_store_ps(row + d, load16<kF16>(b.k, j * b.row_stride + d));
+      for (int64_t d = 0; d < hd; d += 16) _mm512_store_ps(row + d, load16<kF16>(k_base, j * b.row_stride + d));
       for (int64_t d = 0; d < hd; ++d) panel[d * kPanel] = row[d];
       for (int64_t d = 0; d < hd; d += 16)
-        _mm512_storeu_ps(vf.data() + j * hd + d, load16<kF16>(b.v, j * b.row_stride + d));
+        _mm512_storeu_ps(vf.data() + j * hd + d, load16<kF16>(v_base, j * b.row_stride + d));
     } else {
       for (int64_t d = 0; d < hd; ++d) panel[d * kPanel] = 0.0f;
     }
@@ -324,11 +341,13 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) void attention_block_avx512(con
       }
     }
   }
-  // Probabilities; zero past each row's causal bound (and whole padding rows).
+  // Probabilities; zero outside each row's keys (and whole padding rows).
   for (int64_t i = 0; i < rows_pad; ++i) {
     float* scores = s.data() + i * keys_pad;
     const int64_t nk = i < n_rows ? keys_of_row(i) : 0;
-    if (nk > 0) softmax_avx2<kF16>(scores, nk, b.scale);
+    const int64_t k0 = i < n_rows ? first_key_of_row(i) : 0;
+    if (nk > k0) softmax_avx2<kF16>(scores + k0, nk - k0, b.scale, b.softcap);
+    std::fill(scores, scores + k0, 0.0f);
     std::fill(scores + nk, scores + keys_pad, 0.0f);
   }
   // Output = P V.
@@ -425,12 +444,13 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
   }
 }
 
-void rope_angles(int64_t pos, int64_t n_dims, float base, float* cos_sin) {
+void rope_angles(int64_t pos, int64_t n_dims, float base, float* cos_sin, const float* freq_factors) {
   const float theta_scale = std::pow(base, -2.0f / static_cast<float>(n_dims));
   float theta = static_cast<float>(pos);
   for (int64_t i = 0; i < n_dims / 2; ++i) {
-    cos_sin[2 * i] = std::cos(theta);
-    cos_sin[2 * i + 1] = std::sin(theta);
+    const float angle = freq_factors != nullptr ? theta / freq_factors[i] : theta;
+    cos_sin[2 * i] = std::cos(angle);
+    cos_sin[2 * i + 1] = std::sin(angle);
     theta *= theta_scale;
   }
 }
@@ -474,16 +494,20 @@ namespace {
 void attention_block_by_head(const AttentionBlock& b, bool f16) {
   thread_local std::vector<float> scores;
   scores.resize(static_cast<size_t>(b.first_n_keys + b.n_tokens));
+  const int64_t elem = f16 ? 2 : 4;
   for (int64_t t = 0; t < b.n_tokens; ++t)
     for (int64_t g = 0; g < b.n_heads; ++g) {
+      const int64_t end = b.first_n_keys + t;
+      const int64_t first = b.window > 0 ? std::max<int64_t>(0, end - b.window) : 0;
       AttentionHead a{};
       a.q = b.q + t * b.q_token_stride + g * b.head_dim;
-      a.k = b.k;
-      a.v = b.v;
+      a.k = static_cast<const uint8_t*>(b.k) + first * b.row_stride * elem;
+      a.v = static_cast<const uint8_t*>(b.v) + first * b.row_stride * elem;
       a.row_stride = b.row_stride;
-      a.n_keys = b.first_n_keys + t;
+      a.n_keys = end - first;
       a.head_dim = b.head_dim;
       a.scale = b.scale;
+      a.softcap = b.softcap;
       a.scores = scores.data();
       a.out = b.out + t * b.out_token_stride + g * b.head_dim;
       if (f16)
@@ -528,6 +552,43 @@ void to_f16(const float* x, uint16_t* out, int64_t n) {
 }
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+namespace {
+__attribute__((target("avx2,fma,f16c"))) void scale_avx2(const float* x, float* y, int64_t n, float s) {
+  const __m256 vs = _mm256_set1_ps(s);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vs));
+  for (; i < n; ++i) y[i] = x[i] * s;
+}
+}  // namespace
+
+void scale(const float* x, float* y, int64_t n, float s) {
+  if (use_avx2()) {
+    scale_avx2(x, y, n, s);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s;
+}
+
+void gelu(const float* x, float* y, int64_t n) {
+  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f, kCoef = 0.044715f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    if (v <= -10.0f) {
+      y[i] = 0.0f;
+    } else if (v >= 10.0f) {
+      y[i] = v;
+    } else {
+      const float h = round_to_f16(v);
+      y[i] = round_to_f16(0.5f * h * (1.0f + std::tanh(kSqrt2OverPi * h * (1.0f + kCoef * h * h))));
+    }
+  }
+}
+
+void softcap(const float* x, float* y, int64_t n, float cap) {
+  const float inv = 1.0f / cap;
+  for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(x[i] * inv) * cap;
+}
 
 void softmax_row(const float* x, float* y, int64_t n) { softmax<false>(x, y, n, 1.0f); }
 

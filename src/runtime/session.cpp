@@ -67,6 +67,12 @@ struct ROp {
   RView out, residual;
   int64_t n_heads = 0, n_heads_kv = 0, head_dim = 0;
   float eps = 0, rope_base = 0;
+  // Attention: score scale, soft-capping (0: none), sliding window (0: none)
+  // and its layer pattern, the op's KV cache slot within a layer.
+  float attn_scale = 0, attn_softcap = 0;
+  float scalar = 0;  // Scale: the factor; Softcap: the cap
+  int64_t window = 0, window_pattern = 0;
+  int kv_slot = -1;
   MatMulFn kernel = nullptr;
   int64_t rows_per_task = 0, tokens_per_task = 0;
   std::string profile_key;
@@ -102,6 +108,10 @@ struct Session::Impl {
   int64_t n_ctx = 0, n_batch = 0, n_vocab = 0, position = 0;
   int64_t max_token_id = INT64_MAX;  // exclusive bound from the embedding tables
   int64_t kv_elem = 2;
+  // The KV cache: per layer, per attention op of the layer section (its
+  // slot), K then V, n_ctx rows of that op's K width each.
+  std::vector<int64_t> kv_width, kv_slot_offset;
+  int64_t kv_layer_bytes = 0;
   PageBuffer kv, arena;
   std::map<int64_t, Plan> plans;
   std::vector<ThreadScratch> scratch;
@@ -112,10 +122,12 @@ struct Session::Impl {
   const program::Program& program() const { return model->program; }
 
   const gguf::TensorInfo* tensor(int weight, int64_t layer) const { return bound.tensor(weight, layer); }
-  uint8_t* k_cache(int64_t layer) const {
-    return kv.data() + static_cast<size_t>(layer * 2 * n_ctx * bound.kv_dim * kv_elem);
+  uint8_t* k_cache(int64_t layer, int slot) const {
+    return kv.data() + static_cast<size_t>(layer * kv_layer_bytes + kv_slot_offset[static_cast<size_t>(slot)]);
   }
-  uint8_t* v_cache(int64_t layer) const { return k_cache(layer) + static_cast<size_t>(n_ctx * bound.kv_dim * kv_elem); }
+  uint8_t* v_cache(int64_t layer, int slot) const {
+    return k_cache(layer, slot) + static_cast<size_t>(n_ctx * kv_width[static_cast<size_t>(slot)] * kv_elem);
+  }
 
   const Plan& plan_for(int64_t n);
   void check_op(const ROp& r, Section section, size_t index, int64_t n) const;
@@ -197,6 +209,7 @@ const Plan& Session::Impl::plan_for(int64_t n) {
   if (plan.logits.dtype != DType::F32) throw LoadError("program: the logits buffer must be F32");
 
   for (Section s : program::kSections) {
+    int kv_slots = 0;
     for (size_t i = 0; i < p.ops(s).size(); ++i) {
       const Op& op = p.ops(s)[i];
       ROp r;
@@ -215,7 +228,25 @@ const Plan& Session::Impl::plan_for(int64_t n) {
         r.n_heads = eval(op.n_heads, "n_heads");
         r.head_dim = eval(op.head_dim, "head_dim");
       }
-      if (op.kind == OpKind::Attention) r.n_heads_kv = eval(op.n_heads_kv, "n_heads_kv");
+      if (op.kind == OpKind::RmsNorm || op.kind == OpKind::RmsNormQuant) {
+        // Per head when n_heads is given: groups of cols / n_heads.
+        r.n_heads = op.n_heads.terms.empty() ? 1 : eval(op.n_heads, "n_heads");
+        r.head_dim = r.n_heads >= 1 && !r.in.empty() ? r.in[0].cols / r.n_heads : 0;
+      }
+      if (op.kind == OpKind::Attention) {
+        r.n_heads_kv = eval(op.n_heads_kv, "n_heads_kv");
+        const int64_t scale_dim = op.attn_scale_rsqrt.terms.empty() ? r.head_dim : eval(op.attn_scale_rsqrt, "the scale");
+        r.attn_scale = op.attn_scale_hparam >= 0 ? hparam_value(op.attn_scale_hparam, "attention scale")
+                                                 : 1.0f / std::sqrt(static_cast<float>(std::max<int64_t>(1, scale_dim)));
+        r.attn_softcap = op.attn_softcap_hparam >= 0 ? hparam_value(op.attn_softcap_hparam, "soft-capping") : 0.0f;
+        r.window = op.window.terms.empty() ? 0 : eval(op.window, "the sliding window");
+        r.window_pattern = op.window_pattern.terms.empty() ? 0 : eval(op.window_pattern, "the window pattern");
+        r.kv_slot = kv_slots++;
+      }
+      if (op.kind == OpKind::Scale)
+        r.scalar = op.scalar_sqrt.terms.empty() ? hparam_value(op.scalar_hparam, "scale factor")
+                                                : std::sqrt(static_cast<float>(eval(op.scalar_sqrt, "the scale factor")));
+      if (op.kind == OpKind::Softcap) r.scalar = hparam_value(op.scalar_hparam, "cap");
       r.profile_key = program::to_string(op.kind);
       if (op.kind == OpKind::MatMul) {
         // The rows this matmul sees decide the kernel: after TakeLast it is one.
@@ -269,6 +300,9 @@ const op_table::OpInfo& table_entry(OpKind kind) {
     case OpKind::SiluMul: id = op_table::OpId::SiluMul; break;
     case OpKind::TakeLast: id = op_table::OpId::Last; break;
     case OpKind::Softmax: id = op_table::OpId::Softmax; break;
+    case OpKind::Scale: id = op_table::OpId::Scale; break;
+    case OpKind::Gelu: id = op_table::OpId::Gelu; break;
+    case OpKind::Softcap: id = op_table::OpId::Softcap; break;
   }
   return op_table::op_info(id);
 }
@@ -306,7 +340,7 @@ op_table::TensorType table_type(const gguf::TensorInfo& t) {
 // Shapes and dtypes of one resolved op, so that running it cannot go out of
 // bounds: the op table's type rule on this binding's values (every layer's
 // weights), then what the runtime's kernels add (head_dim limits, ActQ8
-// matmul input, the KV cache width).
+// matmul input, attention's window and soft-capping).
 void Session::Impl::check_op(const ROp& r, Section section, size_t index, int64_t n) const {
   const Op& op = *r.op;
   auto need = [&](bool ok, const std::string& what) {
@@ -326,7 +360,9 @@ void Session::Impl::check_op(const ROp& r, Section section, size_t index, int64_
     size_t next_in = 0, next_w = 0;
     auto take = [&](bool weight) {
       if (weight) {
-        const gguf::TensorInfo* t = tensor(op.weights[next_w++], l);
+        const int w = op.weights[next_w++];
+        const gguf::TensorInfo* t = tensor(w, l);
+        if (t == nullptr && program().weights[static_cast<size_t>(w)].optional) return;  // absent: the op does without
         need(t != nullptr, "a weight is not bound");
         call.operands.push_back(table_type(*t));
       } else {
@@ -349,6 +385,8 @@ void Session::Impl::check_op(const ROp& r, Section section, size_t index, int64_
       call.sizes["dim"] = op_table::ShapeDim::of(r.head_dim);
     }
     if (op.kind == OpKind::Attention) call.sizes["kv_heads"] = op_table::ShapeDim::of(r.n_heads_kv);
+    if ((op.kind == OpKind::RmsNorm || op.kind == OpKind::RmsNormQuant) && !op.n_heads.terms.empty())
+      call.sizes["heads"] = op_table::ShapeDim::of(r.n_heads);
     if (op.kind == OpKind::Rope) call.choices["mode"] = op.rope_mode == program::RopeMode::Normal ? "normal" : "neox";
     if (op.kind == OpKind::MatMul) {
       call.epilogue = program::to_string(op.epilogue);
@@ -390,8 +428,10 @@ void Session::Impl::check_op(const ROp& r, Section section, size_t index, int64_
       need(r.head_dim >= 1 && r.head_dim <= kMaxHeadDim,
            "head_dim " + std::to_string(r.head_dim) + " is outside what the kernels support (1.." +
                std::to_string(kMaxHeadDim) + ")");
-      need(r.in[1].cols == bound.kv_dim, "K and V widths must equal the program's kv_dim");
+      need(r.window >= 0 && r.window_pattern >= 0 && r.attn_softcap >= 0 && std::isfinite(r.attn_scale),
+           "the window, its pattern and the soft-capping must not be negative");
       break;
+    case OpKind::Softcap: need(r.scalar > 0, "the cap must be positive"); break;
     default: break;
   }
 }
@@ -433,9 +473,10 @@ void Session::Impl::run_matmul(const ROp& r, const PackedMatMul& mm, int64_t n) 
 }
 
 void Session::Impl::run_attention(const ROp& r, int64_t layer, int64_t n) {
-  const int64_t kv_dim = bound.kv_dim;
-  uint8_t* kc = k_cache(layer);
-  uint8_t* vc = v_cache(layer);
+  const int64_t kv_dim = kv_width[static_cast<size_t>(r.kv_slot)];
+  uint8_t* kc = k_cache(layer, r.kv_slot);
+  uint8_t* vc = v_cache(layer, r.kv_slot);
+  const bool windowed = r.window > 0 && (r.window_pattern == 0 || layer % r.window_pattern < r.window_pattern - 1);
   const int64_t pos0 = position;
   const bool f16 = options.kv_type == KvType::F16;
   // Store this batch's K (already rotated) and V at their positions.
@@ -450,7 +491,7 @@ void Session::Impl::run_attention(const ROp& r, int64_t layer, int64_t n) {
     }
   });
   const int64_t group = r.n_heads / r.n_heads_kv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(r.head_dim));
+  const float scale = r.attn_scale;
   // Tasks are (kv head, block of kAttentionTokens tokens): the block's
   // query heads share each converted K/V row. Fixed block size, so results
   // do not depend on the thread count.
@@ -469,6 +510,8 @@ void Session::Impl::run_attention(const ROp& r, int64_t layer, int64_t n) {
     b.first_n_keys = pos0 + t0 + 1;  // causal: a token sees itself and everything before it
     b.head_dim = r.head_dim;
     b.scale = scale;
+    b.softcap = r.attn_softcap;
+    b.window = windowed ? r.window : 0;
     b.out = r.out.f32(t0) + kv_head * group * r.head_dim;
     b.out_token_stride = r.out.stride / static_cast<int64_t>(sizeof(float));
     if (f16)
@@ -502,13 +545,13 @@ void Session::Impl::run_op(const ROp& r, Section section, size_t index, int64_t 
     case OpKind::RmsNorm:
     case OpKind::RmsNormQuant: {
       const float* w = reinterpret_cast<const float*>(tensor(op.weights[0], layer)->data);
-      const int64_t cols = r.in[0].cols;
+      const int64_t cols = r.in[0].cols, group = r.head_dim;
       pool->parallel_for(rows, [&](int64_t i, int thread) {
         if (op.kind == OpKind::RmsNorm) {
-          ops::rms_norm(r.in[0].f32(i), w, r.out.f32(i), cols, r.eps);
+          for (int64_t c = 0; c < cols; c += group) ops::rms_norm(r.in[0].f32(i) + c, w, r.out.f32(i) + c, group, r.eps);
         } else {
           float* tmp = scratch[static_cast<size_t>(thread)].row.data();
-          ops::rms_norm(r.in[0].f32(i), w, tmp, cols, r.eps);
+          for (int64_t c = 0; c < cols; c += group) ops::rms_norm(r.in[0].f32(i) + c, w, tmp + c, group, r.eps);
           quantize_act(tmp, r.out.act(i), cols);
         }
       });
@@ -522,12 +565,14 @@ void Session::Impl::run_op(const ROp& r, Section section, size_t index, int64_t 
       break;
     case OpKind::Rope: {
       const RView& target = r.out.buffer >= 0 ? r.out : r.in[0];
+      const gguf::TensorInfo* factors = op.weights.empty() ? nullptr : tensor(op.weights[0], layer);
+      const float* freq_factors = factors != nullptr ? reinterpret_cast<const float*>(factors->data) : nullptr;
       pool->parallel_for(rows, [&](int64_t i, int thread) {
         float* x = target.f32(i);
         if (!target.same_place(r.in[0]))
           std::memcpy(x, r.in[0].f32(i), static_cast<size_t>(r.in[0].cols) * sizeof(float));
         float* cos_sin = scratch[static_cast<size_t>(thread)].cos_sin.data();
-        ops::rope_angles(position + i, r.head_dim, r.rope_base, cos_sin);
+        ops::rope_angles(position + i, r.head_dim, r.rope_base, cos_sin, freq_factors);
         ops::rope(x, r.n_heads, r.head_dim, cos_sin, op.rope_mode);
       });
       break;
@@ -558,6 +603,21 @@ void Session::Impl::run_op(const ROp& r, Section section, size_t index, int64_t 
     }
     case OpKind::Softmax:
       pool->parallel_for(rows, [&](int64_t i, int) { ops::softmax_row(r.in[0].f32(i), r.out.f32(i), r.in[0].cols); });
+      break;
+    case OpKind::Scale:
+    case OpKind::Gelu:
+    case OpKind::Softcap:
+      pool->parallel_for(rows, [&](int64_t i, int) {
+        const float* x = r.in[0].f32(i);
+        float* y = r.out.f32(i);
+        const int64_t cols = r.in[0].cols;
+        if (op.kind == OpKind::Scale)
+          ops::scale(x, y, cols, r.scalar);
+        else if (op.kind == OpKind::Gelu)
+          ops::gelu(x, y, cols);
+        else
+          ops::softcap(x, y, cols, r.scalar);
+      });
       break;
     case OpKind::TakeLast:
       std::memmove(r.out.f32(0), r.in[0].f32(take_row), static_cast<size_t>(r.in[0].cols) * sizeof(float));
@@ -598,14 +658,7 @@ Session::Session(std::shared_ptr<const CompiledModel> model, const std::string& 
     throw LoadError("context size " + std::to_string(s.n_ctx) + " exceeds the model's training context of " +
                     std::to_string(s.bound.n_ctx_train));
   s.n_batch = std::min(options.n_batch, s.n_ctx);
-  if (s.bound.kv_dim < 1 || s.bound.kv_dim > (int64_t{1} << 20))
-    throw LoadError("KV row width " + std::to_string(s.bound.kv_dim) + " out of range");
   s.kv_elem = options.kv_type == KvType::F16 ? 2 : 4;
-  int64_t kv_bytes = 0;
-  if (__builtin_mul_overflow(s.bound.n_layers * 2 * s.bound.kv_dim * s.kv_elem, s.n_ctx, &kv_bytes))
-    throw LoadError("the KV cache size overflows");
-  s.kv = PageBuffer(static_cast<size_t>(kv_bytes));
-  s.stats.kv_bytes = static_cast<uint64_t>(kv_bytes);
 
   for (const auto* ops : {&p.pre, &p.layer, &p.post})
     for (const Op& op : *ops) {
@@ -619,6 +672,23 @@ Session::Session(std::shared_ptr<const CompiledModel> model, const std::string& 
   s.plan_for(s.n_batch);
   const Plan& decode = s.plan_for(1);
   s.n_vocab = decode.logits.cols;
+
+  // One KV cache per attention op of a layer, as wide as its K.
+  for (const ROp& r : decode.sections.layer) {
+    if (r.op->kind != OpKind::Attention) continue;
+    const int64_t width = r.in[1].cols;
+    if (width < 1 || width > (int64_t{1} << 20)) throw LoadError("KV row width " + std::to_string(width) + " out of range");
+    int64_t bytes = 0;
+    if (__builtin_mul_overflow(2 * width * s.kv_elem, s.n_ctx, &bytes) ||
+        __builtin_add_overflow(s.kv_layer_bytes, bytes, &s.kv_layer_bytes))
+      throw LoadError("the KV cache size overflows");
+    s.kv_slot_offset.push_back(s.kv_layer_bytes - bytes);
+    s.kv_width.push_back(width);
+  }
+  int64_t kv_bytes = 0;
+  if (__builtin_mul_overflow(s.bound.n_layers, s.kv_layer_bytes, &kv_bytes)) throw LoadError("the KV cache size overflows");
+  s.kv = PageBuffer(static_cast<size_t>(std::max<int64_t>(kv_bytes, 1)));
+  s.stats.kv_bytes = static_cast<uint64_t>(kv_bytes);
 
   int64_t max_cols = 1, max_head_dim = 2;
   for (Section section : program::kSections)

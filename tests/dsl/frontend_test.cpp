@@ -146,6 +146,26 @@ TEST(Frontend, LlamaChecksClean) {
   EXPECT_EQ(to_string(*rope->find("mode")), "normal");
 }
 
+TEST(Frontend, LlamaTakesOptionalRopeFrequencyFactors) {
+  auto m = check_clean("dsl/llama.dsl");
+  ASSERT_NE(m, nullptr);
+  const WeightDecl* freqs = m->find_weight("rope_freqs");
+  ASSERT_NE(freqs, nullptr);
+  EXPECT_TRUE(freqs->optional);
+  EXPECT_TRUE(freqs->used);
+}
+
+TEST(Frontend, Qwen3AndGemma2CheckClean) {
+  auto qwen3 = check_clean("dsl/qwen3.dsl");
+  ASSERT_NE(qwen3, nullptr);
+  EXPECT_EQ(qwen3->arch, "qwen3");
+  EXPECT_EQ(qwen3->find_param("head_dim")->resolved_key, "qwen3.attention.key_length");
+  auto gemma2 = check_clean("dsl/gemma2.dsl");
+  ASSERT_NE(gemma2, nullptr);
+  EXPECT_EQ(gemma2->arch, "gemma2");
+  EXPECT_EQ(gemma2->find_param("window")->resolved_key, "gemma2.attention.sliding_window");
+}
+
 std::unique_ptr<Module> check_text(const std::string& text, DiagnosticEngine& d) {
   return parse_and_check("t.dsl", text, d);
 }
@@ -163,6 +183,32 @@ forward(tokens : i32[N]) -> f32[1, n_embd] {
   return matmul(last(q), w)
 }
 )";
+
+// rms_norm(x, w, eps, heads = H) normalizes each of H groups of a row with
+// the same weight: x's width must be H times the weight's.
+TEST(Frontend, PerHeadRmsNormNeedsHeadsTimesTheWeightWidth) {
+  const std::string program = R"(model m
+param n : int = key("n")
+param h : int = key("h")
+param d : int = key("d")
+param v : int = key("v")
+weight e : q8_0[v, n] = "e"
+weight wq : q8_0[h * d, n] = "wq"
+weight wn : f32[WIDTH] = "wn"
+forward(tokens : i32[N]) -> f32[1, h * d] {
+  q = rms_norm(matmul(embed(e, tokens), wq), wn, 1e-6, heads = h)
+  return last(q)
+}
+)";
+  const size_t at = program.find("WIDTH");
+  const std::string good = program.substr(0, at) + "d" + program.substr(at + 5);
+  const std::string bad = program.substr(0, at) + "n" + program.substr(at + 5);
+  DiagnosticEngine ok, wrong;
+  EXPECT_NE(check_text(good, ok), nullptr);
+  EXPECT_EQ(ok.format(), "");
+  EXPECT_EQ(check_text(bad, wrong), nullptr);
+  EXPECT_NE(wrong.format().find("rms_norm weight must be f32[D] with h * D = h * d"), std::string::npos) << wrong.format();
+}
 
 // heads * dim equals the row length only because the program checks the
 // divisibility: shapes are compared under the declared checks.

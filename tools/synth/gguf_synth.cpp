@@ -1,5 +1,5 @@
-// `lumen-gguf synth`: writes a random Qwen2 model in the layout llama.cpp's
-// qwen2 loader expects — 2-D weights Q8_0 (ggml's reference quantizer), norms
+// `lumen-gguf synth`: writes a random model (qwen2, qwen3, llama, gemma2) in
+// the layout llama.cpp's loaders expect — 2-D weights Q8_0 (ggml's reference quantizer), norms
 // and biases F32 — with metadata typed exactly as in files made by llama.cpp's
 // own gguf-py, and a real vocabulary copied from a GGUF or converted from a
 // Hugging Face tokenizer.json the way llama.cpp's converter does for Qwen2.
@@ -216,6 +216,30 @@ void vocab_from_tokenizer_json(const std::string& path, uint32_t n_vocab, Writer
   }
 }
 
+// Llama 3.1's rope scaling as convert_hf_to_gguf.py bakes it into
+// rope_freqs.weight: factor 8, low/high frequency factors 1 and 4, original
+// context 8192; one divisor per rotated pair.
+std::vector<uint8_t> llama3_rope_factors(uint32_t head_dim, float base) {
+  constexpr double kFactor = 8, kLow = 1, kHigh = 4, kOldContext = 8192;
+  const double low_wavelen = kOldContext / kLow, high_wavelen = kOldContext / kHigh;
+  std::vector<float> factors;
+  for (uint32_t i = 0; i < head_dim; i += 2) {
+    const double freq = 1.0 / std::pow(static_cast<double>(base), static_cast<double>(i) / head_dim);
+    const double wavelen = 2 * 3.14159265358979323846 / freq;
+    if (wavelen < high_wavelen) {
+      factors.push_back(1.0f);
+    } else if (wavelen > low_wavelen) {
+      factors.push_back(static_cast<float>(kFactor));
+    } else {
+      const double smooth = (kOldContext / wavelen - kLow) / (kHigh - kLow);
+      factors.push_back(static_cast<float>(1.0 / ((1 - smooth) / kFactor + smooth)));
+    }
+  }
+  std::vector<uint8_t> bytes(factors.size() * sizeof(float));
+  std::memcpy(bytes.data(), factors.data(), bytes.size());
+  return bytes;
+}
+
 bool is_gguf(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   char magic[4] = {};
@@ -230,14 +254,11 @@ void check_config(const SynthConfig& c) {
           "every dimension must be positive");
   require(c.n_embd % kQ8Block == 0, "n_embd must be a multiple of 32 (Q8_0 rows)");
   require(c.n_ff % kQ8Block == 0, "n_ff must be a multiple of 32 (Q8_0 rows)");
-  if (c.head_dim == 0) {
-    require(c.n_embd % c.n_head == 0, "n_embd must be a multiple of n_head");
-    require((c.n_embd / c.n_head) % 2 == 0, "the head dimension must be even (rope rotates pairs)");
-  } else {
-    require(c.head_dim % 2 == 0, "the head dimension must be even (rope rotates pairs)");
-    require(c.n_head * c.head_dim % kQ8Block == 0 && c.n_head_kv * c.head_dim % kQ8Block == 0,
-            "n_head * head_dim and n_head_kv * head_dim must be multiples of 32 (Q8_0 rows)");
-  }
+  require(c.head_dim != 0 || c.n_embd % c.n_head == 0, "n_embd must be a multiple of n_head");
+  const uint32_t head_dim = c.head_dim != 0 ? c.head_dim : c.n_embd / c.n_head;
+  require(head_dim % 2 == 0, "the head dimension must be even (rope rotates pairs)");
+  require(c.n_head * head_dim % kQ8Block == 0 && c.n_head_kv * head_dim % kQ8Block == 0,
+          "n_head * head_dim and n_head_kv * head_dim must be multiples of 32 (Q8_0 rows)");
   require(c.n_head % c.n_head_kv == 0, "n_head must be a multiple of n_head_kv");
 }
 
@@ -265,7 +286,44 @@ SynthConfig synth_preset(std::string_view preset) {
     c.n_ctx = 32768;
     return c;
   }
-  throw std::invalid_argument(fmt::format("unknown preset '{}' (known: tiny, tiny-wide-heads, qwen2.5-0.5b)", preset));
+  // Tiny models of the other architectures (tests against llama.cpp). The
+  // vocabulary size is the --vocab-from file's.
+  if (preset == "qwen3") {
+    c.arch = "qwen3";
+    c.name = "lumen synthetic qwen3 tiny";
+    c.head_dim = 64;  // n_head * head_dim = 256 != n_embd, as in real Qwen3 models
+    c.qkv_bias = false;
+    c.qk_norm = true;
+    c.n_vocab = 0;
+    return c;
+  }
+  if (preset == "llama3") {
+    c.arch = "llama";
+    c.name = "lumen synthetic llama3 tiny";
+    c.qkv_bias = false;
+    c.rope_freqs = true;
+    c.rope_freq_base = 500000.0f;
+    c.rms_eps = 1e-5f;
+    c.tied = true;  // as Llama 3.2 1B and 3B
+    c.embd_std = 3.0f / std::sqrt(static_cast<float>(c.n_embd));  // the head's scale: logits of std ~3
+    c.n_vocab = 0;
+    return c;
+  }
+  if (preset == "gemma2") {
+    c.arch = "gemma2";
+    c.name = "lumen synthetic gemma2 tiny";
+    c.head_dim = 48;  // n_head * head_dim = 192 != n_embd
+    c.qkv_bias = false;
+    c.gemma2 = true;
+    c.sliding_window = 8;  // short, so that the test prompts cross it
+    c.rope_freq_base = 10000.0f;
+    c.tied = true;  // gemma2 files never carry output.weight
+    c.embd_std = 3.0f / std::sqrt(static_cast<float>(c.n_embd));
+    c.n_vocab = 0;
+    return c;
+  }
+  throw std::invalid_argument(
+      fmt::format("unknown preset '{}' (known: tiny, tiny-wide-heads, qwen2.5-0.5b, qwen3, llama3, gemma2)", preset));
 }
 
 std::string default_vocab_path(const std::string& source_dir) {
@@ -275,26 +333,41 @@ std::string default_vocab_path(const std::string& source_dir) {
   return std::filesystem::is_regular_file(path, ec) ? path.string() : std::string();
 }
 
-void synthesize(const SynthConfig& c, const std::string& path) {
-  check_config(c);
+void synthesize(const SynthConfig& config, const std::string& path) {
+  SynthConfig c = config;
   if (c.vocab_from.empty()) throw std::invalid_argument("no vocabulary source given");
+  if (c.n_vocab == 0) {  // the vocabulary's own size
+    if (!is_gguf(c.vocab_from)) throw std::invalid_argument("this preset needs --n-vocab with a tokenizer.json");
+    const auto tokens = File::open(c.vocab_from).get_string_array("tokenizer.ggml.tokens");
+    if (!tokens) throw std::invalid_argument(fmt::format("{}: has no tokenizer.ggml.tokens", c.vocab_from));
+    c.n_vocab = static_cast<uint32_t>(tokens->size());
+  }
+  check_config(c);
+  const std::string& a = c.arch;
   Writer out;
-  out.set_string("general.architecture", "qwen2");
+  out.set_string("general.architecture", a);
   out.set_string("general.type", "model");
   out.set_string("general.name", c.name);
   out.set_string("general.description", fmt::format("SYNTHETIC random weights (lumen-gguf synth seed={})", c.seed));
-  out.set_u32("qwen2.context_length", c.n_ctx);
-  out.set_u32("qwen2.embedding_length", c.n_embd);
-  out.set_u32("qwen2.feed_forward_length", c.n_ff);
-  out.set_u32("qwen2.block_count", c.n_layer);
-  out.set_u32("qwen2.attention.head_count", c.n_head);
-  out.set_u32("qwen2.attention.head_count_kv", c.n_head_kv);
+  const uint32_t head_dim = c.head_dim != 0 ? c.head_dim : c.n_embd / c.n_head;
+  out.set_u32(a + ".context_length", c.n_ctx);
+  out.set_u32(a + ".embedding_length", c.n_embd);
+  out.set_u32(a + ".feed_forward_length", c.n_ff);
+  out.set_u32(a + ".block_count", c.n_layer);
+  out.set_u32(a + ".attention.head_count", c.n_head);
+  out.set_u32(a + ".attention.head_count_kv", c.n_head_kv);
+  if (a == "llama") out.set_u32(a + ".rope.dimension_count", head_dim);
   if (c.head_dim != 0) {
-    out.set_u32("qwen2.attention.key_length", c.head_dim);
-    out.set_u32("qwen2.attention.value_length", c.head_dim);
+    out.set_u32(a + ".attention.key_length", head_dim);
+    out.set_u32(a + ".attention.value_length", head_dim);
   }
-  out.set_f32("qwen2.rope.freq_base", c.rope_freq_base);
-  out.set_f32("qwen2.attention.layer_norm_rms_epsilon", c.rms_eps);
+  if (!c.gemma2) out.set_f32(a + ".rope.freq_base", c.rope_freq_base);
+  out.set_f32(a + ".attention.layer_norm_rms_epsilon", c.rms_eps);
+  if (c.gemma2) {
+    out.set_f32(a + ".attn_logit_softcapping", c.attn_softcap);
+    out.set_f32(a + ".final_logit_softcapping", c.final_softcap);
+    out.set_u32(a + ".attention.sliding_window", c.sliding_window);
+  }
   out.set_u32("general.file_type", kFileTypeQ8_0);
   out.set_u32("general.quantization_version", kQuantizationVersion);
   if (is_gguf(c.vocab_from)) {
@@ -304,10 +377,10 @@ void synthesize(const SynthConfig& c, const std::string& path) {
   }
 
   const int64_t n_embd = c.n_embd;
-  const int64_t head_dim = c.head_dim != 0 ? c.head_dim : c.n_embd / c.n_head;
-  const int64_t n_q = head_dim * c.n_head;
-  const int64_t n_kv = head_dim * c.n_head_kv;
+  const int64_t n_q = static_cast<int64_t>(c.n_head) * head_dim;
+  const int64_t n_kv = static_cast<int64_t>(c.n_head_kv) * head_dim;
   const float s_embd = 1.0f / std::sqrt(static_cast<float>(c.n_embd));
+  const float s_q = 1.0f / std::sqrt(static_cast<float>(n_q));
   const float s_ff = 1.0f / std::sqrt(static_cast<float>(c.n_ff));
   const Init norm{1.0f, 0.1f}, bias{0.0f, 0.05f};
   uint64_t tensor = 0;  // running index: part of every row's seed
@@ -318,21 +391,29 @@ void synthesize(const SynthConfig& c, const std::string& path) {
   auto vector = [&](std::string name, int64_t n, Init init) {
     out.add_tensor(std::move(name), TensorType::F32, {n}, f32_vector(c.seed, tensor++, n, init));
   };
-  matrix("token_embd.weight", n_embd, c.n_vocab, 0.02f);
+  matrix("token_embd.weight", n_embd, c.n_vocab, c.embd_std);
+  if (c.rope_freqs)
+    out.add_tensor("rope_freqs.weight", TensorType::F32, {head_dim / 2}, llama3_rope_factors(head_dim, c.rope_freq_base));
   for (uint32_t l = 0; l < c.n_layer; ++l) {
     const std::string blk = fmt::format("blk.{}.", l);
     vector(blk + "attn_norm.weight", n_embd, norm);
     matrix(blk + "attn_q.weight", n_embd, n_q, s_embd);
-    vector(blk + "attn_q.bias", n_q, bias);
+    if (c.qkv_bias) vector(blk + "attn_q.bias", n_q, bias);
     matrix(blk + "attn_k.weight", n_embd, n_kv, s_embd);
-    vector(blk + "attn_k.bias", n_kv, bias);
+    if (c.qkv_bias) vector(blk + "attn_k.bias", n_kv, bias);
     matrix(blk + "attn_v.weight", n_embd, n_kv, s_embd);
-    vector(blk + "attn_v.bias", n_kv, bias);
-    matrix(blk + "attn_output.weight", n_q, n_embd, 1.0f / std::sqrt(static_cast<float>(n_q)));
+    if (c.qkv_bias) vector(blk + "attn_v.bias", n_kv, bias);
+    if (c.qk_norm) {
+      vector(blk + "attn_q_norm.weight", head_dim, norm);
+      vector(blk + "attn_k_norm.weight", head_dim, norm);
+    }
+    matrix(blk + "attn_output.weight", n_q, n_embd, s_q);
+    if (c.gemma2) vector(blk + "post_attention_norm.weight", n_embd, norm);
     vector(blk + "ffn_norm.weight", n_embd, norm);
     matrix(blk + "ffn_gate.weight", n_embd, c.n_ff, s_embd);
     matrix(blk + "ffn_up.weight", n_embd, c.n_ff, s_embd);
     matrix(blk + "ffn_down.weight", c.n_ff, n_embd, s_ff);
+    if (c.gemma2) vector(blk + "post_ffw_norm.weight", n_embd, norm);
   }
   vector("output_norm.weight", n_embd, norm);
   if (!c.tied) matrix("output.weight", n_embd, c.n_vocab, 3.0f * s_embd);

@@ -178,6 +178,9 @@ struct BinaryExpr : Expr {
 //                                               q f32[N, heads*dim], k/v f32[N, kv_heads*dim] -> f32[N, heads*dim];
 //                                               scale defaults to 1/sqrt(dim)
 //   softmax(x)                                  over the last dim, f32[N, D] -> f32[N, D]
+//   scale(x, factor)                            x * factor, f32[N, D] -> f32[N, D]
+//   gelu(x)                                     GELU (tanh approximation), f32[N, D] -> f32[N, D]
+//   softcap(x, cap)                             cap * tanh(x / cap), f32[N, D] -> f32[N, D]
 //   last(x)                                     last row: f32[N, D] -> f32[1, D]
 // Scalar functions (valid in param declarations only):
 //   key("gguf.key", default = expr)             a GGUF metadata value; "{arch}" expands to the model name
@@ -185,7 +188,7 @@ struct BinaryExpr : Expr {
 // Scalar math (anywhere a scalar is expected): sqrt(x), min(a, b), max(a, b).
 enum class Builtin {
   Unknown,
-  Embed, RmsNorm, MatMul, Add, Mul, Silu, Rope, Attention, Softmax, Last,
+  Embed, RmsNorm, MatMul, Add, Mul, Silu, Rope, Attention, Softmax, Last, Scale, Gelu, Softcap,
   Key, Len,
   Sqrt, Min, Max,
 };
@@ -259,7 +262,7 @@ struct CheckDecl {
   SourceRange range;
 };
 
-// `NAME : TYPE = "gguf.name" [else "fallback.name"]`, global (`weight ...`)
+// `NAME : TYPE = "gguf.name" [else "fallback.name" | optional]`, global (`weight ...`)
 // or inside a `layer weights` block (then the names contain "{i}").
 struct WeightDecl {
   std::string name;
@@ -270,6 +273,7 @@ struct WeightDecl {
   SourceRange gguf_name_range;
   std::optional<std::string> fallback;  // used when gguf_name is absent from the file
   SourceRange fallback_range;
+  bool optional = false;  // absent from the file is allowed: ops that take it then do without
   bool per_layer = false;
   bool used = false;  // sema: referenced by the forward body
 };

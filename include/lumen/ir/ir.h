@@ -77,6 +77,7 @@ struct Weight {
   DType dtype = DType::F32;
   std::vector<Dim> shape;  // DSL order: [rows, row_length]
   std::string fallback;    // gguf name used when gguf_name is absent
+  bool optional = false;   // may be absent from the file (ops taking it do without)
   int line = 0;
 };
 
@@ -94,18 +95,22 @@ constexpr ValueId kNoValue = -1;
 
 enum class OpKind : uint8_t {
   Embed,         // embed @table, %tokens            -> f32[N, cols]
-  RmsNorm,       // rms_norm %x, @w {eps}             -> f32, shape of x
+  RmsNorm,       // rms_norm %x, @w {eps[, heads]}    -> f32, shape of x (with heads: per head, @w one head wide)
   RmsNormQuant,  // rms_norm_quant %x, @w {eps}       -> act_q8, shape of x
   Quantize,      // quantize %x                       -> act_q8, shape of x
   MatMul,        // matmul %x, @w... {epilogue...}    -> f32[rows, sum of weight rows]
-  Rope,          // rope %x {heads, dim, base, mode}  -> shape of x
-  Attention,     // attention %q, %k, %v {heads, kv_heads, dim} -> shape of q
+  Rope,          // rope %x[, @freqs] {heads, dim, base, mode} -> shape of x (@freqs: dim/2 frequency divisors)
+  Attention,     // attention %q, %k, %v {heads, kv_heads, dim[, scale | scale_rsqrt][, softcap]
+                 //   [, window[, window_pattern]]} -> shape of q
   Add,           // add %a, %b | add %a, @w           -> shape of a
   Mul,           // mul %a, %b | mul %a, @w           -> shape of a
   Silu,          // silu %x
   SiluMul,       // silu_mul %gate, %up
   Softmax,       // softmax %x (over the last dim)
   Last,          // last %x                           -> [1, cols]
+  Scale,         // scale %x {factor | factor_sqrt}   -> x * factor (a param) or * sqrt(factor_sqrt) (a dim)
+  Gelu,          // gelu %x                           -> GELU, tanh approximation, as ggml
+  Softcap,       // softcap %x {cap}                  -> cap * tanh(x / cap)
   View,          // view %x {offset, cols}            -> columns [offset, offset+cols) of x
 };
 const char* to_string(OpKind k);  // the text-form op name, "rms_norm"

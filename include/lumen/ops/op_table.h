@@ -40,6 +40,7 @@ struct TensorType {
 
 enum class OpId : uint8_t {
   Embed, RmsNorm, RmsNormQuant, Quantize, MatMul, Rope, Attention, Add, Mul, Silu, SiluMul, Softmax, Last, View,
+  Scale, Gelu, Softcap,
 };
 
 enum class Role : uint8_t {
@@ -52,6 +53,7 @@ struct OperandSpec {
   const char* name;
   Role role;
   bool variadic = false;  // the last operand: one or more (a fused matmul's weights)
+  bool optional = false;  // the last operand: zero or one (rope's frequency factors)
 };
 
 enum class AttrKind : uint8_t {

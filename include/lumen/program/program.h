@@ -83,6 +83,7 @@ struct Weight {
   std::vector<DType> dtypes;   // accepted dtypes (Q8_0 for matmuls; F32 for norms and biases)
   std::vector<Expr> shape;     // ggml order: shape[0] is the row length
   std::string fallback;        // gguf name used when gguf_name is absent ("token_embd.weight")
+  bool optional = false;       // may be absent: bound to null, and the ops taking it do without
 };
 
 // ------------------------------------------------------------- activations
@@ -107,19 +108,24 @@ struct View {
 // --------------------------------------------------------------------- ops
 enum class OpKind : uint8_t {
   Embed,         // out[n,:] = dequantize(weights[0][token[n], :])
-  RmsNorm,       // out = x * (1/sqrt(mean(x^2)+eps)) * weights[0]           (F32 out)
+  RmsNorm,       // out = x * (1/sqrt(mean(x^2)+eps)) * weights[0]           (F32 out);
+                 // with n_heads set, per group of cols/n_heads (weights[0] one group wide)
   RmsNormQuant,  // out = quantize_act(RmsNorm(x))                            (ActQ8 out)
   Quantize,      // out = quantize_act(x)
   MatMul,        // out = epilogue(x · Wᵀ), W = rows of weights[] concatenated
-  Rope,          // in place on inputs[0]: rotate each head of head_dim
-  Attention,     // causal GQA softmax attention over this layer's KV cache;
-                 // stores inputs[1] (K) and inputs[2] (V) for the batch first
+  Rope,          // in place on inputs[0]: rotate each head of head_dim (weights[0], if any:
+                 // head_dim/2 frequency divisors)
+  Attention,     // causal GQA softmax attention over this op's KV cache (one per attention
+                 // op and layer); stores inputs[1] (K) and inputs[2] (V) for the batch first
   Add,           // out = in0 + in1
   Mul,           // out = in0 * in1 (in1 may be a weight row broadcast: weights[0])
   Silu,          // out = in0 * sigmoid(in0)
   SiluMul,       // out = silu(in0) * in1
   TakeLast,      // out[0,:] = in0[N-1,:]
   Softmax,       // out = softmax(in0) over each row: exp(x - max(row)) / sum, the sum in double
+  Scale,         // out = in0 * s, s = hparams[scalar_hparam] or sqrtf(scalar_sqrt)
+  Gelu,          // out = gelu(in0), tanh approximation through an f16 table as ggml
+  Softcap,       // out = s * tanh(in0 / s), s = hparams[scalar_hparam]
 };
 const char* to_string(OpKind k);
 
@@ -201,6 +207,16 @@ struct Op {
   Expr n_heads;              // Rope: heads in the view; Attention: query heads
   Expr n_heads_kv;           // Attention
   Expr head_dim;             // Rope (rotated dims = head_dim), Attention
+  // Attention only:
+  int attn_scale_hparam = -1;    // the score scale; -1: 1/sqrt(attn_scale_rsqrt), else 1/sqrt(head_dim)
+  Expr attn_scale_rsqrt;
+  int attn_softcap_hparam = -1;  // logit soft-capping softcap*tanh(s/softcap); -1: none
+  Expr window;                   // sliding window in positions; empty: none
+  Expr window_pattern;           // layer l has the window iff pattern == 0 || l % pattern < pattern - 1
+                                 // (llama.cpp's swa pattern); empty: every layer
+  // Scale, Softcap: the scalar (an hparam, or for Scale the square root of a size).
+  int scalar_hparam = -1;
+  Expr scalar_sqrt;
   int line = 0;              // DSL source line that produced the op (for profiles)
 };
 

@@ -39,7 +39,8 @@ struct BoundModel {
   int64_t n_layers = 0;
   int64_t n_ctx_train = 0;
   int64_t kv_dim = 0;
-  // tensors[weight][layer] (one entry for global weights), never null.
+  // tensors[weight][layer] (one entry for global weights); null only for an
+  // optional weight absent from the file.
   std::vector<std::vector<const gguf::TensorInfo*>> tensors;
   // matmuls[section][op][layer] (one layer outside Section::Layer); empty for non-matmul ops.
   PerSection<std::vector<std::vector<PackedMatMul>>> matmuls;

@@ -18,14 +18,18 @@ inline constexpr int64_t kMaxHeadDim = 1024;
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);
 
 // cos_sin[2i], cos_sin[2i+1] = cos, sin of pos * base^(-2i/n_dims), the angle
-// built by repeated fp32 multiplication as ggml does; n_dims/2 pairs.
-void rope_angles(int64_t pos, int64_t n_dims, float base, float* cos_sin);
+// built by repeated fp32 multiplication as ggml does; n_dims/2 pairs. With
+// freq_factors (n_dims/2 of them, Llama 3's rope_freqs) pair i's angle is
+// divided by freq_factors[i], as ggml's rope does.
+void rope_angles(int64_t pos, int64_t n_dims, float base, float* cos_sin, const float* freq_factors = nullptr);
 // Rotates each of n_heads heads of head_dim values in place.
 void rope(float* x, int64_t n_heads, int64_t head_dim, const float* cos_sin, program::RopeMode mode);
 
 // One query head against keys [0, n_keys) of a cache whose rows are
 // `row_stride` elements apart (k and v point at this kv head's first row).
 // F16 cache: q and the softmax probabilities are rounded to f16 like ggml.
+// The scores are scale * q·k, then, with softcap > 0, softcap * tanh(score /
+// softcap) (logit soft-capping, as ggml's scale-tanh-scale).
 // `scores` holds n_keys floats of scratch. Writes head_dim values to out.
 struct AttentionHead {
   const float* q;
@@ -37,13 +41,16 @@ struct AttentionHead {
   float scale;
   float* scores;
   float* out;
+  float softcap = 0;
 };
 void attention_head_f16(const AttentionHead& a);
 void attention_head_f32(const AttentionHead& a);
 
 // The query heads [0, n_heads) of n_tokens consecutive tokens that share one
 // kv head, computed together so each K/V row is converted to f32 once and
-// reused by all of them. Token t sees keys [0, first_n_keys + t). Head g of
+// reused by all of them. Token t sees keys [0, first_n_keys + t), or with a
+// sliding window w > 0 only the last w of them: [max(0, first_n_keys + t - w),
+// first_n_keys + t), as llama.cpp masks a key when pos - key_pos >= w. Head g of
 // token t reads q + t * q_token_stride + g * head_dim and writes likewise
 // into out. Same rounding points as attention_head_*; results do not depend
 // on how callers split tokens into blocks beyond the dot-product order.
@@ -60,6 +67,8 @@ struct AttentionBlock {
   float scale;
   float* out;
   int64_t out_token_stride;
+  int64_t window = 0;  // 0: no sliding window
+  float softcap = 0;   // 0: no soft-capping
 };
 void attention_block_f16(const AttentionBlock& b);
 void attention_block_f32(const AttentionBlock& b);
@@ -68,6 +77,15 @@ void attention_block_f32(const AttentionBlock& b);
 void to_f16(const float* x, uint16_t* out, int64_t n);
 
 float silu(float x);
+
+// y = x * s (y may equal x).
+void scale(const float* x, float* y, int64_t n, float s);
+// ggml's GELU with GGML_GELU_FP16: 0 at x <= -10, x at x >= 10, otherwise the
+// tanh approximation 0.5x(1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))) of x
+// rounded to f16, the result rounded to f16 (its lookup table).
+void gelu(const float* x, float* y, int64_t n);
+// y = cap * tanh(x * (1/cap)), as ggml's scale, tanh, scale.
+void softcap(const float* x, float* y, int64_t n, float cap);
 
 // y = softmax(x) over n values (the Softmax op, one row): exp(x - max) kept in
 // f32, summed in double, times (float)(1/sum), as ggml's soft_max does. y may

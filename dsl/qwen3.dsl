@@ -1,0 +1,62 @@
+# Qwen3 dense decoder-only transformer, computed as llama.cpp computes it: no
+# Q/K/V biases, an RMSNorm over each head of Q and K before NEOX rope, a head
+# size of its own (`key_length`, so n_embd need not be n_head * head_dim),
+# grouped-query attention, SiLU-gated FFN, and an output head that is separate
+# or tied to the token embedding.
+model qwen3                       # the general.architecture value this program accepts
+
+# ---------------------------------------------------------------- hyperparameters
+param n_vocab   : int   = len("tokenizer.ggml.tokens")
+param n_ctx     : int   = key("{arch}.context_length")
+param n_embd    : int   = key("{arch}.embedding_length")
+param n_layer   : int   = key("{arch}.block_count")
+param n_ff      : int   = key("{arch}.feed_forward_length")
+param n_head    : int   = key("{arch}.attention.head_count")
+param n_head_kv : int   = key("{arch}.attention.head_count_kv", default = n_head)
+param head_dim  : int   = key("{arch}.attention.key_length", default = n_embd / n_head)
+param rope_base : float = key("{arch}.rope.freq_base", default = 10000.0)
+param rms_eps   : float = key("{arch}.attention.layer_norm_rms_epsilon")
+
+let n_embd_q  = n_head * head_dim      # rows of Q and columns of the attention output
+let n_embd_kv = n_head_kv * head_dim   # rows of K and V: all kv heads side by side
+
+check n_head % n_head_kv == 0 : "n_head must be a multiple of n_head_kv"
+check head_dim % 2 == 0       : "rope needs an even head_dim"
+
+# ------------------------------------------------------------------------ weights
+weight tok_embd : q8_0[n_vocab, n_embd] = "token_embd.weight"
+weight out_norm : f32[n_embd]           = "output_norm.weight"
+weight output   : q8_0[n_vocab, n_embd] = "output.weight" else "token_embd.weight"   # tied when absent
+
+layer weights (i in n_layer) {
+  attn_norm : f32[n_embd]              = "blk.{i}.attn_norm.weight"
+  wq        : q8_0[n_embd_q, n_embd]   = "blk.{i}.attn_q.weight"
+  q_norm    : f32[head_dim]            = "blk.{i}.attn_q_norm.weight"
+  wk        : q8_0[n_embd_kv, n_embd]  = "blk.{i}.attn_k.weight"
+  k_norm    : f32[head_dim]            = "blk.{i}.attn_k_norm.weight"
+  wv        : q8_0[n_embd_kv, n_embd]  = "blk.{i}.attn_v.weight"
+  wo        : q8_0[n_embd, n_embd_q]   = "blk.{i}.attn_output.weight"
+  ffn_norm  : f32[n_embd]              = "blk.{i}.ffn_norm.weight"
+  wgate     : q8_0[n_ff, n_embd]       = "blk.{i}.ffn_gate.weight"
+  wup       : q8_0[n_ff, n_embd]       = "blk.{i}.ffn_up.weight"
+  wdown     : q8_0[n_embd, n_ff]       = "blk.{i}.ffn_down.weight"
+}
+
+# ------------------------------------------------------------------------ forward
+forward(tokens : i32[N]) -> f32[1, n_vocab] {
+  x = embed(tok_embd, tokens)
+  for l in layers {
+    h = rms_norm(x, attn_norm[l], rms_eps)
+    q = rms_norm(matmul(h, wq[l]), q_norm[l], rms_eps, heads = n_head)      # per head
+    k = rms_norm(matmul(h, wk[l]), k_norm[l], rms_eps, heads = n_head_kv)
+    v = matmul(h, wv[l])
+    q = rope(q, heads = n_head, dim = head_dim, base = rope_base, mode = neox)
+    k = rope(k, heads = n_head_kv, dim = head_dim, base = rope_base, mode = neox)
+    a = attention(q, k, v, heads = n_head, kv_heads = n_head_kv, dim = head_dim)
+    x = x + matmul(a, wo[l])
+    h = rms_norm(x, ffn_norm[l], rms_eps)
+    x = x + matmul(silu(matmul(h, wgate[l])) * matmul(h, wup[l]), wdown[l])
+  }
+  h = rms_norm(last(x), out_norm, rms_eps)
+  return matmul(h, output)
+}

@@ -1,0 +1,242 @@
+// Qwen3, Llama 3 and Gemma 2 from their dsl/ programs alone: tiny synthetic models written by the synthesizer must give
+// llama.cpp's last-token logits (tolerances of the shared reference README:
+// max |diff| 0.5, rms 0.15) and its greedy tokens wherever llama.cpp's own
+// top-1 margin exceeds 0.5 (teacher forcing). Each architecture is also run
+// on a second seed. Then lumen-run's one-command form: --gguf without a
+// model.so compiles the program of the file's architecture into a cache.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "synth/gguf_synth.h"
+#include "lumen/common/diagnostics.h"
+#include "lumen/dsl/frontend.h"
+#include "lumen/gguf/gguf.h"
+#include "lumen/gguf/json.h"
+#include "lumen/ir/lower_ast.h"
+#include "lumen/passes/passes.h"
+#include "lumen/runtime/session.h"
+#include "lumen/text/tokenizer.h"
+#include "runtime_support.h"
+
+namespace lumen {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kData = LUMEN_SOURCE_DIR "/tests/data/models";
+const std::string kVocabs = LUMEN_SHARED_DIR "/reference/tokenizers";
+
+// One folder per process (ctest runs the tests in parallel), removed at exit.
+struct ScratchDir {
+  fs::path path = fs::path(LUMEN_BINARY_DIR) / "tests" / "models" / ("files-" + std::to_string(getpid()));
+  ScratchDir() { fs::create_directories(path); }
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+fs::path scratch_dir() {
+  static const ScratchDir dir;
+  return dir.path;
+}
+
+program::Program compile(const std::string& dsl_path) {
+  const std::string text = runtime::testing::read_file(dsl_path);
+  DiagnosticEngine diags;
+  auto ast = dsl::parse_and_check(dsl_path, text, diags);
+  EXPECT_TRUE(ast) << dsl_path;
+  DiagnosticEngine lowering;
+  lowering.add_source(dsl_path, text);
+  auto m = ir::lower_ast(*ast, lowering);
+  EXPECT_TRUE(m);
+  passes::run_pipeline(*m);
+  return passes::lower_to_program(*m);
+}
+
+std::vector<std::string> prompts() {
+  std::ifstream in(kData + "/prompts.txt");
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) {
+    std::string text;
+    for (size_t i = 0; i < line.size(); ++i) text += line[i] == '\\' && i + 1 < line.size() && line[i + 1] == 'n' ? (++i, '\n') : line[i];
+    out.push_back(text);
+  }
+  return out;
+}
+
+std::vector<float> read_f32(const std::string& path) {
+  const std::string bytes = runtime::testing::read_file(path);
+  std::vector<float> out(bytes.size() / sizeof(float));
+  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
+  return out;
+}
+
+int64_t argmax(std::span<const float> v) { return std::max_element(v.begin(), v.end()) - v.begin(); }
+
+struct Case {
+  const char* name;    // reference files: <name>.expected.json, <name>.<k>.last_logits.f32
+  const char* preset;  // lumen-gguf synth --preset
+  uint64_t seed;
+  const char* vocab;   // vocabulary GGUF in the shared tokenizers folder
+  const char* program; // dsl/ file
+  std::vector<int> prompts;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+class ModelReference : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ModelReference, MatchesLlamaCppLogitsAndGreedyTokens) {
+  const Case& c = GetParam();
+  const std::string vocab = kVocabs + "/" + c.vocab;
+  if (!fs::exists(vocab)) GTEST_SKIP() << "no shared vocabulary " << vocab;
+  gguf::SynthConfig config = gguf::synth_preset(c.preset);
+  config.seed = c.seed;
+  config.vocab_from = vocab;
+  const std::string gguf_path = (scratch_dir() / (std::string(c.name) + ".gguf")).string();
+  gguf::synthesize(config, gguf_path);
+  const program::Program program = compile(LUMEN_SOURCE_DIR "/dsl/" + std::string(c.program));
+  auto model = runtime::testing::in_process_model(program, best_isa(cpu_features()));
+
+  const json::Value expected = json::parse(runtime::testing::read_file(kData + "/" + c.name + ".expected.json"));
+  const std::vector<std::string> texts = prompts();
+  for (int k : c.prompts) {
+    SCOPED_TRACE("prompt " + std::to_string(k));
+    const json::Value& ref = expected.as_array().at(static_cast<size_t>(k));
+    runtime::SessionOptions so;
+    so.n_threads = 2;
+    so.n_ctx = 256;
+    runtime::Session session(model, gguf_path, so);
+    const Tokenizer tok = Tokenizer::from_gguf(session.gguf());
+    std::vector<int32_t> ids;
+    if (auto bos = tok.bos_to_add()) ids.push_back(*bos);
+    for (int32_t id : tok.encode(texts.at(static_cast<size_t>(k)), /*parse_special=*/true)) ids.push_back(id);
+    std::vector<int32_t> want_ids;
+    for (const json::Value& v : ref.find("tokens")->as_array()) want_ids.push_back(static_cast<int32_t>(v.as_int()));
+    ASSERT_EQ(ids, want_ids);
+
+    std::span<const float> logits = session.eval(ids);
+    const std::vector<float> want = read_f32(kData + "/" + c.name + "." + std::to_string(k) + ".last_logits.f32");
+    ASSERT_EQ(want.size(), logits.size());
+    double max_diff = 0, sum_sq = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      const double d = std::fabs(static_cast<double>(logits[i]) - want[i]);
+      max_diff = std::max(max_diff, d);
+      sum_sq += d * d;
+    }
+    EXPECT_LE(max_diff, 0.5);
+    EXPECT_LE(std::sqrt(sum_sq / static_cast<double>(want.size())), 0.15);
+
+    // Teacher forcing: llama.cpp's greedy tokens fed back one at a time.
+    const json::Array& greedy = ref.find("greedy")->as_array();
+    const json::Array& margins = ref.find("greedy_margins")->as_array();
+    for (size_t step = 0; step < greedy.size(); ++step) {
+      if (margins[step].as_number() > 0.5) {
+        EXPECT_EQ(argmax(logits), greedy[step].as_int()) << "step " << step;
+      }
+      if (step + 1 < greedy.size()) {
+        const int32_t next = static_cast<int32_t>(greedy[step].as_int());
+        logits = session.eval(std::span<const int32_t>(&next, 1));
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Programs, ModelReference,
+    ::testing::Values(Case{"qwen3-a", "qwen3", 1, "ggml-vocab-gpt-2.gguf", "qwen3.dsl", {0, 2}},
+                      Case{"qwen3-b", "qwen3", 2, "ggml-vocab-gpt-2.gguf", "qwen3.dsl", {2}},
+                      Case{"llama3-a", "llama3", 1, "ggml-vocab-deepseek-coder.gguf", "llama.dsl", {0, 2}},
+                      Case{"llama3-b", "llama3", 2, "ggml-vocab-deepseek-coder.gguf", "llama.dsl", {2}},
+                      Case{"gemma2-a", "gemma2", 1, "ggml-vocab-llama-spm.gguf", "gemma2.dsl", {0, 2}},
+                      Case{"gemma2-b", "gemma2", 2, "ggml-vocab-llama-spm.gguf", "gemma2.dsl", {2}}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      std::string n = info.param.name;
+      std::replace(n.begin(), n.end(), '-', '_');
+      return n;
+    });
+
+// ------------------------------------------------ lumen-run --gguf FILE, no model.so
+
+struct Result {
+  int exit_code = -1;
+  std::string err;
+};
+
+Result run_lumen_run(const std::string& args, const fs::path& cache) {
+  const fs::path err = scratch_dir() / "stderr.txt";
+  const std::string cmd = "LUMEN_CACHE_DIR='" + cache.string() + "' '" LUMEN_BINARY_DIR "/tools/lumen-run' " + args +
+                          " >/dev/null 2>'" + err.string() + "'";
+  const int status = std::system(cmd.c_str());
+  return Result{WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), runtime::testing::read_file(err.string())};
+}
+
+size_t count_files(const fs::path& dir, const std::string& extension) {
+  size_t n = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) n += e.path().extension() == extension;
+  return n;
+}
+
+TEST(OneCommand, CompilesTheProgramOfTheArchitectureOnceIntoTheCacheAndRunsIt) {
+  const std::string vocab = kVocabs + "/ggml-vocab-gpt-2.gguf";
+  if (!fs::exists(vocab)) GTEST_SKIP() << "no shared vocabulary " << vocab;
+  gguf::SynthConfig config = gguf::synth_preset("qwen3");
+  config.vocab_from = vocab;
+  const fs::path gguf_path = scratch_dir() / "one-command.gguf", cache = scratch_dir() / "cache";
+  gguf::synthesize(config, gguf_path.string());
+  const fs::path logits = scratch_dir() / "one-command.f32";
+  const std::string args = "--gguf '" + gguf_path.string() + "' --dsl-dir '" LUMEN_SOURCE_DIR "/dsl' -p 'Hello world' -n 0 -t 1 --dump-logits '" + logits.string() + "'";
+
+  Result first = run_lumen_run(args, cache);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_NE(first.err.find("compiled"), std::string::npos) << first.err;
+  EXPECT_EQ(count_files(cache, ".so"), 1u);
+  const std::vector<float> got = read_f32(logits.string()), want = read_f32(kData + "/qwen3-a.0.last_logits.f32");
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(argmax(got), argmax(want));
+
+  Result second = run_lumen_run(args, cache);
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_EQ(second.err.find("compiled"), std::string::npos) << "the cached model.so was not reused: " << second.err;
+  EXPECT_EQ(count_files(cache, ".so"), 1u);
+}
+
+TEST(OneCommand, AnArchitectureNoProgramDescribesIsAnErrorListingThePrograms) {
+  gguf::Writer w;
+  w.set_string("general.architecture", "mamba");
+  const fs::path path = scratch_dir() / "mamba.gguf";
+  w.write(path.string());
+  Result r = run_lumen_run("--gguf '" + path.string() + "' --dsl-dir '" LUMEN_SOURCE_DIR "/dsl' -p hi", scratch_dir() / "cache-err");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err.rfind("lumen-run: error: no model program describes architecture 'mamba'", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find("gemma2, llama, qwen2, qwen3"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+TEST(OneCommand, AnExplicitModelSoStillWorks) {
+  const std::string vocab = kVocabs + "/ggml-vocab-gpt-2.gguf";
+  if (!fs::exists(vocab)) GTEST_SKIP() << "no shared vocabulary " << vocab;
+  gguf::SynthConfig config = gguf::synth_preset("qwen3");
+  config.vocab_from = vocab;
+  const fs::path gguf_path = scratch_dir() / "explicit.gguf", so = scratch_dir() / "qwen3.so";
+  gguf::synthesize(config, gguf_path.string());
+  codegen::emit_model_so(compile(LUMEN_SOURCE_DIR "/dsl/qwen3.dsl"), best_isa(cpu_features()), so.string());
+  Result r = run_lumen_run("'" + so.string() + "' --gguf '" + gguf_path.string() + "' -p hi -n 2 -t 1", scratch_dir() / "cache-unused");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("compiled"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace lumen

@@ -1,0 +1,175 @@
+// The attention kernels (blocked AVX-512, per-head AVX2, scalar; picked by
+// CPU and head size) against a plain scalar twin written here, over many
+// shapes: causal, sliding windows of several widths, logit soft-capping, f16
+// and f32 caches. ctest also runs this binary with LUMEN_MAX_CPU_ISA=avx2.
+// Then the element-wise ops Gemma-style programs use, and rope's frequency
+// factors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "lumen/common/numeric.h"
+#include "lumen/runtime/ops.h"
+
+namespace lumen::runtime::ops {
+namespace {
+
+struct Shape {
+  int64_t head_dim, heads, n_tokens, first_n_keys, window;
+  float softcap;
+  bool f16;
+};
+
+// The arithmetic the kernels promise, one (token, head) at a time.
+std::vector<float> twin(const Shape& s, const std::vector<float>& q, const std::vector<float>& k,
+                        const std::vector<float>& v, float scale) {
+  std::vector<float> out(static_cast<size_t>(s.n_tokens * s.heads * s.head_dim));
+  auto rd = [&](float x) { return s.f16 ? round_to_f16(x) : x; };
+  for (int64_t t = 0; t < s.n_tokens; ++t)
+    for (int64_t g = 0; g < s.heads; ++g) {
+      const int64_t end = s.first_n_keys + t, begin = s.window > 0 ? std::max<int64_t>(0, end - s.window) : 0;
+      std::vector<float> p;
+      float max = -INFINITY;
+      for (int64_t j = begin; j < end; ++j) {
+        float dot = 0;
+        for (int64_t d = 0; d < s.head_dim; ++d)
+          dot += rd(q[static_cast<size_t>((t * s.heads + g) * s.head_dim + d)]) * rd(k[static_cast<size_t>(j * s.head_dim + d)]);
+        float x = dot * scale;
+        if (s.softcap > 0) x = std::tanh(x * (1.0f / s.softcap)) * s.softcap;
+        p.push_back(x);
+        max = std::max(max, x);
+      }
+      double sum = 0;
+      for (float& x : p) sum += (x = std::exp(x - max));
+      for (float& x : p) x = rd(x * static_cast<float>(1.0 / sum));
+      for (int64_t d = 0; d < s.head_dim; ++d) {
+        float acc = 0;
+        for (int64_t j = begin; j < end; ++j) acc += p[static_cast<size_t>(j - begin)] * rd(v[static_cast<size_t>(j * s.head_dim + d)]);
+        out[static_cast<size_t>((t * s.heads + g) * s.head_dim + d)] = acc;
+      }
+    }
+  return out;
+}
+
+TEST(AttentionKernels, MatchTheScalarTwinWithWindowsAndSoftCapping) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  int cases = 0;
+  for (int64_t head_dim : {10, 16, 24, 64, 80, 128})
+    for (int64_t heads : {1, 3})
+      for (int64_t n_tokens : {1, 5, 17})
+        for (int64_t first : {1, 9, 40})
+          for (int64_t window : {0, 1, 4, 9, 100})
+            for (float softcap : {0.0f, 2.5f})
+              for (bool f16 : {true, false}) {
+                const Shape s{head_dim, heads, n_tokens, first, window, softcap, f16};
+                const int64_t keys = first + n_tokens - 1;
+                std::vector<float> q(static_cast<size_t>(n_tokens * heads * head_dim)), k(static_cast<size_t>(keys * head_dim)),
+                    v(k.size());
+                for (float& x : q) x = normal(rng);
+                for (float& x : k) x = normal(rng);
+                for (float& x : v) x = normal(rng);
+                std::vector<uint16_t> k16(k.size()), v16(v.size());
+                to_f16(k.data(), k16.data(), static_cast<int64_t>(k.size()));
+                to_f16(v.data(), v16.data(), static_cast<int64_t>(v.size()));
+                const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+                std::vector<float> out(q.size(), NAN);
+                AttentionBlock b{};
+                b.q = q.data();
+                b.q_token_stride = heads * head_dim;
+                b.k = f16 ? static_cast<const void*>(k16.data()) : k.data();
+                b.v = f16 ? static_cast<const void*>(v16.data()) : v.data();
+                b.row_stride = head_dim;
+                b.n_tokens = n_tokens;
+                b.n_heads = heads;
+                b.first_n_keys = first;
+                b.head_dim = head_dim;
+                b.scale = scale;
+                b.out = out.data();
+                b.out_token_stride = heads * head_dim;
+                b.window = window;
+                b.softcap = softcap;
+                if (f16)
+                  attention_block_f16(b);
+                else
+                  attention_block_f32(b);
+                const std::vector<float> want = twin(s, q, k, v, scale);
+                for (size_t i = 0; i < want.size(); ++i)
+                  ASSERT_NEAR(out[i], want[i], 2e-3f * (1.0f + std::fabs(want[i])))
+                      << "head_dim " << head_dim << " heads " << heads << " tokens " << n_tokens << " first " << first
+                      << " window " << window << " softcap " << softcap << " f16 " << f16 << " at " << i;
+                ++cases;
+              }
+  EXPECT_EQ(cases, 6 * 2 * 3 * 3 * 5 * 2 * 2);
+}
+
+// A window covering every key changes nothing: the same bits as no window.
+TEST(AttentionKernels, AWindowWiderThanTheContextIsNoWindow) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t hd = 64, heads = 2, n = 7, first = 20, keys = first + n - 1;
+  std::vector<float> q(static_cast<size_t>(n * heads * hd)), k(static_cast<size_t>(keys * hd)), v(k.size());
+  for (auto* vec : {&q, &k, &v})
+    for (float& x : *vec) x = normal(rng);
+  std::vector<float> a(q.size()), b(q.size());
+  AttentionBlock blk{q.data(), heads * hd, k.data(), v.data(), hd, n, heads, first, hd, 0.125f, a.data(), heads * hd};
+  attention_block_f32(blk);
+  blk.out = b.data();
+  blk.window = keys;
+  attention_block_f32(blk);
+  EXPECT_EQ(a, b);
+}
+
+TEST(ElementwiseOps, GeluScaleAndSoftcapFollowGgml) {
+  std::vector<float> x;
+  for (float v = -12.0f; v <= 12.0f; v += 0.37f) x.push_back(v);
+  for (float v : {-10.0f, 10.0f, 0.0f, 1e-3f, -1e-3f}) x.push_back(v);
+  std::vector<float> y(x.size());
+  gelu(x.data(), y.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float v = x[i];
+    float want;
+    if (v <= -10.0f) {
+      want = 0.0f;
+    } else if (v >= 10.0f) {
+      want = v;
+    } else {
+      const double h = round_to_f16(v);
+      want = round_to_f16(static_cast<float>(0.5 * h * (1 + std::tanh(std::sqrt(2 / M_PI) * h * (1 + 0.044715 * h * h)))));
+    }
+    EXPECT_NEAR(y[i], want, 1e-3f * (1 + std::fabs(want))) << "x " << v;
+  }
+  std::vector<float> s(x.size());
+  scale(x.data(), s.data(), static_cast<int64_t>(x.size()), 3.5f);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(s[i], x[i] * 3.5f);
+  softcap(x.data(), s.data(), static_cast<int64_t>(x.size()), 5.0f);
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(s[i], std::tanh(x[i] * 0.2f) * 5.0f);
+    EXPECT_LT(std::fabs(s[i]), 5.0f + 1e-6f);
+  }
+}
+
+// Llama 3's rope_freqs divide each pair's angle; factors of 1 change nothing.
+TEST(Rope, FrequencyFactorsDivideEachPairsAngle) {
+  const int64_t dims = 16;
+  std::vector<float> plain(dims), ones_cs(dims), scaled(dims), ones(dims / 2, 1.0f), factors(dims / 2);
+  for (int64_t i = 0; i < dims / 2; ++i) factors[static_cast<size_t>(i)] = 1.0f + static_cast<float>(i);
+  rope_angles(37, dims, 500000.0f, plain.data());
+  rope_angles(37, dims, 500000.0f, ones_cs.data(), ones.data());
+  rope_angles(37, dims, 500000.0f, scaled.data(), factors.data());
+  EXPECT_EQ(plain, ones_cs);
+  const float theta_scale = std::pow(500000.0f, -2.0f / static_cast<float>(dims));
+  float theta = 37.0f;
+  for (int64_t i = 0; i < dims / 2; ++i) {
+    const float angle = theta / factors[static_cast<size_t>(i)];
+    EXPECT_EQ(scaled[static_cast<size_t>(2 * i)], std::cos(angle));
+    EXPECT_EQ(scaled[static_cast<size_t>(2 * i + 1)], std::sin(angle));
+    theta *= theta_scale;
+  }
+}
+
+}  // namespace
+}  // namespace lumen::runtime::ops
