@@ -173,7 +173,8 @@ class Verifier {
     const ops::OpInfo& info = OpTypes::info(op.kind);
     size_t specs = info.operands.size(), have = op.operands.size() + op.weights.size();
     bool variadic = !info.operands.empty() && info.operands.back().variadic;
-    if (have != specs && !(variadic && have > specs)) {
+    bool optional = !info.operands.empty() && info.operands.back().optional;
+    if (have != specs && !(variadic && have > specs) && !(optional && have + 1 == specs)) {
       problem(at + ": expects " + (variadic ? "at least " : "") + std::to_string(specs) + " operand(s), has " +
               std::to_string(have));
       return;
