@@ -54,8 +54,11 @@ const std::vector<Signature>& signatures() {
     for (const ops::OpInfo& op : ops::op_table()) {
       if (!op.in_dsl) continue;
       Signature sig{builtin_from_name(op.name), {}, &op};
+      auto operand = [](const ops::OperandSpec& o) {
+        return ArgSpec{o.name, o.role == ops::Role::Weight ? ArgKind::Weight : ArgKind::Tensor, !o.optional};
+      };
       for (const ops::OperandSpec& o : op.operands)
-        sig.args.push_back({o.name, o.role == ops::Role::Weight ? ArgKind::Weight : ArgKind::Tensor, !o.optional});
+        if (!o.optional) sig.args.push_back(operand(o));
       for (const ops::AttrSpec& a : op.attrs) {
         if (a.internal) continue;
         ArgKind k = a.kind == ops::AttrKind::Size ? ArgKind::Int
@@ -63,6 +66,9 @@ const std::vector<Signature>& signatures() {
                                                       : ArgKind::Choice;
         sig.args.push_back({a.name, k, a.required, &a});
       }
+      // An optional operand comes last (rope's freqs): positional arguments keep their places.
+      for (const ops::OperandSpec& o : op.operands)
+        if (o.optional) sig.args.push_back(operand(o));
       out.push_back(std::move(sig));
     }
     out.push_back({Builtin::Sqrt, {{"x", ArgKind::Float, true}}});

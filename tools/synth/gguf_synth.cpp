@@ -257,9 +257,9 @@ void check_config(const SynthConfig& c) {
   require(c.head_dim != 0 || c.n_embd % c.n_head == 0, "n_embd must be a multiple of n_head");
   const uint32_t head_dim = c.head_dim != 0 ? c.head_dim : c.n_embd / c.n_head;
   require(head_dim % 2 == 0, "the head dimension must be even (rope rotates pairs)");
+  require(c.n_head % c.n_head_kv == 0, "n_head must be a multiple of n_head_kv");
   require(c.n_head * head_dim % kQ8Block == 0 && c.n_head_kv * head_dim % kQ8Block == 0,
           "n_head * head_dim and n_head_kv * head_dim must be multiples of 32 (Q8_0 rows)");
-  require(c.n_head % c.n_head_kv == 0, "n_head must be a multiple of n_head_kv");
 }
 
 }  // namespace

@@ -39,8 +39,8 @@ struct TensorType {
 };
 
 enum class OpId : uint8_t {
-  Embed, RmsNorm, RmsNormQuant, Quantize, MatMul, Rope, Attention, Add, Mul, Silu, SiluMul, Softmax, Last, View,
-  Scale, Gelu, Softcap,
+  Embed, RmsNorm, RmsNormQuant, Quantize, MatMul, Rope, Attention, Add, Mul, Silu, SiluMul, Softmax, Last, Scale,
+  Gelu, Softcap, View,
 };
 
 enum class Role : uint8_t {
@@ -105,7 +105,7 @@ struct OpInfo {
   std::vector<OperandSpec> operands;
   std::vector<AttrSpec> attrs;
   Verdict (*rule)(const OpCall&);
-  bool per_layer_state;  // keeps state per layer (attention's KV cache): once per layer loop body, only there
+  bool per_layer_state;  // keeps state per layer (attention's KV cache): only in the layer loop body (one state per op)
   const char* summary;
 };
 
