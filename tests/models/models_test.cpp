@@ -167,6 +167,50 @@ INSTANTIATE_TEST_SUITE_P(
       return n;
     });
 
+// Three attention ops in one layer, each with its own KV cache: the average
+// of two identical attentions, (a + a) * 0.5 == a exactly, plus 0 times a
+// third one whose cache rows are wider (K = Q: n_head heads) must give the
+// logits of the one-attention program bit for bit, over a prefill and decode
+// steps. A shared cache would mix the third op's rows into the others'.
+TEST(KvCache, SeveralAttentionOpsInALayerKeepACacheEach) {
+  const std::string vocab = kVocabs + "/ggml-vocab-gpt-2.gguf";
+  if (!fs::exists(vocab)) GTEST_SKIP() << "no shared vocabulary " << vocab;
+  gguf::SynthConfig config = gguf::synth_preset("qwen3");
+  config.vocab_from = vocab;
+  const fs::path gguf_path = scratch_dir() / "two-attention.gguf";
+  gguf::synthesize(config, gguf_path.string());
+  const std::string one = runtime::testing::read_file(LUMEN_SOURCE_DIR "/dsl/qwen3.dsl");
+  const std::string call = "a = attention(q, k, v, heads = n_head, kv_heads = n_head_kv, dim = head_dim)";
+  const size_t at = one.find(call);
+  ASSERT_NE(at, std::string::npos);
+  const std::string two = one.substr(0, at) +
+                          "a = scale(attention(q, k, v, heads = n_head, kv_heads = n_head_kv, dim = head_dim) + "
+                          "attention(q, k, v, heads = n_head, kv_heads = n_head_kv, dim = head_dim), 0.5) + "
+                          "scale(attention(q, q, q, heads = n_head, kv_heads = n_head, dim = head_dim), 0.0)" +
+                          one.substr(at + call.size());
+  const fs::path two_path = scratch_dir() / "qwen3-two-attention.dsl";
+  std::ofstream(two_path) << two;
+  std::vector<std::vector<float>> logits[2];
+  const std::vector<int32_t> prompt = {15496, 995, 11, 314, 716, 257, 1332, 13};
+  for (int k = 0; k < 2; ++k) {
+    auto model = runtime::testing::in_process_model(compile(k == 0 ? LUMEN_SOURCE_DIR "/dsl/qwen3.dsl" : two_path.string()),
+                                                    best_isa(cpu_features()));
+    runtime::SessionOptions so;
+    so.n_threads = 2;
+    so.n_ctx = 64;
+    runtime::Session session(model, gguf_path.string(), so);
+    std::span<const float> l = session.eval(prompt);
+    logits[k].emplace_back(l.begin(), l.end());
+    for (int step = 0; step < 4; ++step) {
+      const int32_t next = static_cast<int32_t>(argmax(l));
+      l = session.eval(std::span<const int32_t>(&next, 1));
+      logits[k].emplace_back(l.begin(), l.end());
+    }
+  }
+  ASSERT_EQ(logits[0].size(), logits[1].size());
+  for (size_t i = 0; i < logits[0].size(); ++i) EXPECT_EQ(logits[0][i], logits[1][i]) << "eval " << i;
+}
+
 // ------------------------------------------------ lumen-run --gguf FILE, no model.so
 
 struct Result {
