@@ -1,7 +1,7 @@
 // lumen-gguf: inspect GGUF files and synthesize random models.
 //   lumen-gguf info FILE [--all]
 //   lumen-gguf tokenize FILE TEXT [--bos] [--parse-special]
-//   lumen-gguf synth -o FILE [--preset tiny|tiny-wide-heads|qwen2.5-0.5b|qwen3|llama3|gemma2] [--n-embd N] ... [--seed N] [--tied] [--vocab-from FILE]
+//   lumen-gguf synth -o FILE [--preset tiny|tiny-wide-heads|qwen2.5-0.5b|llama|qwen3|llama3|gemma2] [--n-embd N] ... [--seed N] [--tied] [--vocab-from FILE]
 // Every failure is one line `lumen-gguf: error: ...` on stderr and exit code 1
 // (`lumen-gguf: internal error: ...` and exit code 70 for a bug in Lumen).
 #include <unistd.h>
@@ -209,8 +209,8 @@ int main(int argc, char** argv) {
   SynthFlags synth_flags;
   CLI::App* synth = app.add_subcommand("synth", "Write a random model (Q8_0 weights, F32 norms and biases)");
   synth->add_option("-o,--output", synth_flags.output, "Output GGUF file")->required();
-  synth->add_option("--preset", synth_flags.preset, "Model: tiny, tiny-wide-heads or qwen2.5-0.5b (qwen2), qwen3, llama3, gemma2 (tiny; vocabulary size from --vocab-from)")
-      ->check(CLI::IsMember({"tiny", "tiny-wide-heads", "qwen2.5-0.5b", "qwen3", "llama3", "gemma2"}));
+  synth->add_option("--preset", synth_flags.preset, "Model: tiny, tiny-wide-heads or qwen2.5-0.5b (qwen2), llama, qwen3, llama3, gemma2 (tiny; vocabulary size from --vocab-from)")
+      ->check(CLI::IsMember({"tiny", "tiny-wide-heads", "qwen2.5-0.5b", "llama", "qwen3", "llama3", "gemma2"}));
   synth->add_option("--n-embd", synth_flags.n_embd, "Embedding length");
   synth->add_option("--n-layer", synth_flags.n_layer, "Number of layers");
   synth->add_option("--n-head", synth_flags.n_head, "Attention heads");

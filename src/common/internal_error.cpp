@@ -3,20 +3,19 @@
 namespace lumen {
 namespace {
 
-std::string describe(std::string_view message, const std::source_location& where) {
+std::string describe(std::string_view message, std::string_view file, int line) {
   // The file's base name: build paths say nothing to a reader of the message.
-  std::string_view file = where.file_name();
   if (const size_t slash = file.rfind('/'); slash != std::string_view::npos) file.remove_prefix(slash + 1);
-  return "internal error: " + std::string(message) + " (" + std::string(file) + ":" + std::to_string(where.line()) +
+  return "internal error: " + std::string(message) + " (" + std::string(file) + ":" + std::to_string(line) +
          ")";
 }
 
 }  // namespace
 
-InternalError::InternalError(std::string_view message, std::source_location where)
-    : std::logic_error(describe(message, where)) {}
+InternalError::InternalError(std::string_view message, const char* file, int line)
+    : std::logic_error(describe(message, file, line)) {}
 
-void internal_error(std::string_view message, std::source_location where) { throw InternalError(message, where); }
+void internal_error(std::string_view message, const char* file, int line) { throw InternalError(message, file, line); }
 
 int run_tool(std::string_view tool, const std::function<int()>& body, std::FILE* err) {
   const int tool_len = static_cast<int>(tool.size());

@@ -64,7 +64,7 @@ class Lowering {
   // The pipeline before this lowering guarantees what it checks (params
   // exist, every value has a buffer, every matmul is scheduled): a failure is
   // a bug in Lumen, not in the user's program.
-  [[noreturn]] void fail(const std::string& msg) const { internal_error("lower_to_program: " + msg); }
+  [[noreturn]] void fail(const std::string& msg) const { LUMEN_INTERNAL_ERROR("lower_to_program: " + msg); }
 
   int param_index(const std::string& name) const {
     for (size_t i = 0; i < m_.params.size(); ++i)

@@ -18,6 +18,7 @@
 #include "lumen/codegen/codegen.h"
 #include "lumen/codegen/kernel_support.h"
 #include "lumen/target/kernel_abi.h"
+#include "support/tolerances.h"
 
 namespace lumen::codegen {
 namespace {
@@ -240,7 +241,7 @@ void check(Isa isa, const Problem& p, uint32_t seed) {
           continue;
         }
         const Expected& w = want[n * p.m + m];
-        const double tol = p.exact_integers ? 0.0 : 4e-6 * w.magnitude + 1e-30;
+        const double tol = p.exact_integers ? 0.0 : tolerance::kFp32ReorderRelative * w.magnitude + 1e-30;
         if (!(std::fabs(double(got) - double(w.value)) <= tol)) {
           ADD_FAILURE() << (use_reference ? "reference" : "kernel") << " n=" << n << " m=" << m << " got " << got
                         << " want " << w.value << " tol " << tol;
@@ -412,7 +413,7 @@ TEST(MatMulKernels, SiluOfExtremeGates) {
     run(isa, p, d, packed, y.data(), d.residual.data(), false);
     for (int64_t m = 0; m < p.m; ++m) {
       const Expected want = expected(p, d, 0, m, d.residual.data());
-      EXPECT_NEAR(y[m], want.value, 4e-6 * want.magnitude + 1e-30) << to_string(isa) << " m=" << m;
+      EXPECT_NEAR(y[m], want.value, tolerance::kFp32ReorderRelative * want.magnitude + 1e-30) << to_string(isa) << " m=" << m;
       EXPECT_TRUE(std::isfinite(y[m]));
     }
   }

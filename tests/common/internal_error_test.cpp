@@ -49,10 +49,10 @@ TEST(InternalError, AssertThatHoldsDoesNothing) {
 
 TEST(InternalError, IsNotAUserError) {
   // User errors are std::runtime_error kinds; an internal error must not be caught as one.
-  EXPECT_THROW(internal_error("x"), std::logic_error);
+  EXPECT_THROW(LUMEN_INTERNAL_ERROR("x"), std::logic_error);
   bool caught_as_runtime_error = false;
   try {
-    internal_error("x");
+    LUMEN_INTERNAL_ERROR("x");
   } catch (const std::runtime_error&) {
     caught_as_runtime_error = true;
   } catch (const InternalError&) {
@@ -67,7 +67,7 @@ TEST(RunTool, MapsEachChannelToItsExitStatus) {
   EXPECT_EQ(run_capturing([] { return 2; }, &printed), 2);
   EXPECT_EQ(run_capturing([]() -> int { throw std::runtime_error("cannot read 'x.gguf'"); }, &printed), 1);
   EXPECT_EQ(printed, "lumen-test: error: cannot read 'x.gguf'\n");
-  EXPECT_EQ(run_capturing([]() -> int { internal_error("a pass broke the IR"); }, &printed), kInternalErrorExit);
+  EXPECT_EQ(run_capturing([]() -> int { LUMEN_INTERNAL_ERROR("a pass broke the IR"); }, &printed), kInternalErrorExit);
   EXPECT_EQ(printed.rfind("lumen-test: internal error: a pass broke the IR (internal_error_test.cpp:", 0), 0u)
       << printed;
   EXPECT_EQ(kInternalErrorExit, 70);

@@ -12,6 +12,7 @@
 #include "lumen/gguf/gguf.h"
 #include "synth/gguf_synth.h"
 #include "lumen/common/numeric.h"
+#include "support/tolerances.h"
 
 namespace lumen::gguf {
 namespace {
@@ -153,9 +154,8 @@ TEST_F(SynthTest, WeightsHaveTheDocumentedScales) {
     const TensorInfo* t = f.find_tensor(e.name);
     ASSERT_NE(t, nullptr) << e.name;
     const auto [mean, std] = stats(*t);
-    // Sampling error with >= 64 values plus Q8_0 rounding stays well inside these bounds.
-    EXPECT_NEAR(mean, e.mean, 0.35 * e.std) << e.name;
-    EXPECT_NEAR(std, e.std, 0.3 * e.std) << e.name;
+    EXPECT_NEAR(mean, e.mean, tolerance::kSampleMeanInStds * e.std) << e.name;
+    EXPECT_NEAR(std, e.std, tolerance::kSampleStdRelative * e.std) << e.name;
   }
 }
 
@@ -217,6 +217,22 @@ TEST_F(SynthTest, DeterministicPerSeedAndThreadCount) {
   EXPECT_NE(read_all(outputs_[0]), read_all(outputs_[2]));
 }
 
+TEST_F(SynthTest, LlamaHasItsKeysAndNoBiases) {
+  SynthConfig c = small();
+  c.arch = "llama";
+  const auto path = out("llama.gguf");
+  synthesize(c, path.string());
+  const File f = File::open(path.string());
+  EXPECT_EQ(f.get_string("general.architecture").value_or(""), "llama");
+  EXPECT_NE(f.find("llama.embedding_length"), nullptr);
+  EXPECT_EQ(f.find("qwen2.embedding_length"), nullptr);
+  EXPECT_EQ(f.find_tensor("blk.0.attn_q.bias"), nullptr);
+  EXPECT_NE(f.find_tensor("blk.0.attn_q.weight"), nullptr);
+  EXPECT_EQ(f.tensors().size(), 1u + 9u + 2u);  // embedding, 9 per layer, output norm and head
+  c.arch = "gpt2";
+  EXPECT_THROW(synthesize(c, out("gpt2.gguf").string()), std::invalid_argument);
+}
+
 TEST_F(SynthTest, TiedOmitsTheOutputHead) {
   SynthConfig c = small();
   c.tied = true;
@@ -240,7 +256,12 @@ TEST_F(SynthTest, PresetsAndBadConfigs) {
   EXPECT_FLOAT_EQ(big.rope_freq_base, 1e6f);
   EXPECT_FLOAT_EQ(big.rms_eps, 1e-6f);
   EXPECT_FALSE(big.tied);
-  EXPECT_THROW(synth_preset("llama"), std::invalid_argument);
+  const SynthConfig llama = synth_preset("llama");
+  EXPECT_EQ(llama.arch, "llama");
+  EXPECT_EQ(llama.n_embd, 128u);
+  EXPECT_FLOAT_EQ(llama.rope_freq_base, 1e4f);
+  EXPECT_FLOAT_EQ(llama.rms_eps, 1e-5f);
+  EXPECT_THROW(synth_preset("mistral"), std::invalid_argument);
 
   auto rejects = [&](SynthConfig c, const std::string& needle) {
     try {

@@ -16,6 +16,7 @@
 #include "lumen/common/numeric.h"
 #include "lumen/runtime/session.h"
 #include "runtime_support.h"
+#include "support/tolerances.h"
 
 namespace lumen::runtime {
 namespace {
@@ -167,16 +168,16 @@ TEST_F(Binding, SyntheticModelRunsAndPrefillMatchesDecode) {
   double spread = 0;
   for (size_t i = 0; i < l.size(); ++i) {
     EXPECT_TRUE(std::isfinite(l[i]));
-    EXPECT_NEAR(l[i], batched[i], 1e-3) << i;
+    EXPECT_NEAR(l[i], batched[i], tolerance::kBatchVsTokenLogitDiff) << i;
     spread = std::max(spread, std::fabs(double(l[i]) - l[0]));
   }
-  EXPECT_GT(spread, 1e-3) << "logits all equal: the model computes nothing";
+  EXPECT_GT(spread, tolerance::kBatchVsTokenLogitDiff) << "logits all equal: the model computes nothing";
 
   // clear() restarts at position 0 with the same results.
   decode.clear();
   EXPECT_EQ(decode.position(), 0);
   l = decode.eval(tokens);
-  for (size_t i = 0; i < l.size(); ++i) EXPECT_NEAR(l[i], batched[i], 1e-3);
+  for (size_t i = 0; i < l.size(); ++i) EXPECT_NEAR(l[i], batched[i], tolerance::kBatchVsTokenLogitDiff);
 }
 
 TEST_F(Binding, EvalRefusalsLeaveTheSessionUnchanged) {

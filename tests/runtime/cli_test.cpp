@@ -17,6 +17,7 @@
 #include "lumen/codegen/codegen.h"
 #include "lumen/gguf/gguf.h"
 #include "runtime_support.h"
+#include "support/tolerances.h"
 
 namespace lumen::runtime {
 namespace {
@@ -120,7 +121,7 @@ TEST_F(Cli, DumpLogitsMatchesReference) {
   std::memcpy(b.data(), want.data(), want.size());
   double max_diff = 0;
   for (size_t i = 0; i < a.size(); ++i) max_diff = std::max(max_diff, std::fabs(double(a[i]) - b[i]));
-  EXPECT_LE(max_diff, 0.5);
+  EXPECT_LE(max_diff, tolerance::kMaxAbsLogitDiff);
 }
 
 TEST_F(Cli, GreedyGenerationIsReproducibleAndStops) {

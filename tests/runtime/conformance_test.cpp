@@ -14,14 +14,14 @@
 #include "lumen/runtime/session.h"
 #include "lumen/text/tokenizer.h"
 #include "runtime_support.h"
+#include "support/tolerances.h"
 
 namespace lumen::runtime {
 namespace {
 
-// Tolerances from the reference README ("What tolerance to use").
-constexpr double kMaxAbsLogitDiff = 0.5;
-constexpr double kMaxRmsLogitDiff = 0.15;
-constexpr double kDecisiveMargin = 0.5;  // top-1 must agree where llama.cpp's margin exceeds this
+using tolerance::kDecisiveMargin;
+using tolerance::kMaxAbsLogitDiff;
+using tolerance::kMaxRmsLogitDiff;
 
 struct ReferencePrompt {
   std::string text;

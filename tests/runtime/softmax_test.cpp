@@ -12,6 +12,7 @@
 #include "lumen/runtime/ops.h"
 #include "lumen/runtime/session.h"
 #include "runtime_support.h"
+#include "support/tolerances.h"
 
 namespace lumen::runtime {
 namespace {
@@ -38,11 +39,11 @@ void expect_matches_reference(const std::vector<float>& x, const std::string& wh
     // exponent), then f32 exp and one rounded reciprocal: a few ulps; plus
     // slack for results in the f32 denormal range.
     const double spread = std::fabs(static_cast<double>(x[i]) - max);
-    const double tolerance = ref[i] * (1e-6 + 0x1p-23 * spread) + 1e-40;
-    EXPECT_NEAR(y[i], ref[i], tolerance) << what << " at " << i;
+    const double bound = ref[i] * (tolerance::kVectorExpRelative + tolerance::kFp32Ulp * spread) + 1e-40;
+    EXPECT_NEAR(y[i], ref[i], bound) << what << " at " << i;
     sum += y[i];
   }
-  EXPECT_NEAR(sum, 1.0, 1e-5) << what;
+  EXPECT_NEAR(sum, 1.0, tolerance::kProbabilitySum) << what;
   // In place gives the same bits.
   std::vector<float> inplace = x;
   ops::softmax_row(inplace.data(), inplace.data(), static_cast<int64_t>(x.size()));
@@ -120,7 +121,7 @@ TEST(Softmax, RunsAsAProgramOpInASession) {
     EXPECT_TRUE(std::equal(got.begin(), got.end(), expected.begin())) << "step " << step;
     double sum = 0;
     for (float p : got) sum += p;
-    EXPECT_NEAR(sum, 1.0, 1e-4);
+    EXPECT_NEAR(sum, 1.0, tolerance::kProbabilitySum);
   }
 }
 

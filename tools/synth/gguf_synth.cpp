@@ -297,6 +297,16 @@ SynthConfig synth_preset(std::string_view preset) {
     c.n_vocab = 0;
     return c;
   }
+  // Llama 2 style, for the end-to-end test of dsl/llama.dsl without frequency
+  // factors (tests/data/llama-tiny.reference.json).
+  if (preset == "llama") {
+    c.arch = "llama";
+    c.name = "lumen synthetic llama tiny";
+    c.qkv_bias = false;
+    c.rope_freq_base = 1e4f;
+    c.rms_eps = 1e-5f;
+    return c;
+  }
   if (preset == "llama3") {
     c.arch = "llama";
     c.name = "lumen synthetic llama3 tiny";
@@ -323,7 +333,7 @@ SynthConfig synth_preset(std::string_view preset) {
     return c;
   }
   throw std::invalid_argument(
-      fmt::format("unknown preset '{}' (known: tiny, tiny-wide-heads, qwen2.5-0.5b, qwen3, llama3, gemma2)", preset));
+      fmt::format("unknown preset '{}' (known: tiny, tiny-wide-heads, qwen2.5-0.5b, llama, qwen3, llama3, gemma2)", preset));
 }
 
 std::string default_vocab_path(const std::string& source_dir) {

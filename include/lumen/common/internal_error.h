@@ -10,7 +10,6 @@
 
 #include <cstdio>
 #include <functional>
-#include <source_location>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -18,15 +17,18 @@
 namespace lumen {
 
 struct InternalError : std::logic_error {
-  // what() is "internal error: <message> (<file>:<line>)".
-  InternalError(std::string_view message, std::source_location where = std::source_location::current());
+  // what() is "internal error: <message> (<file>:<line>)"; `file` and `line`
+  // are the caller's __FILE__ and __LINE__ (LUMEN_ASSERT and
+  // LUMEN_INTERNAL_ERROR pass them). std::source_location would do this
+  // without a macro, but clang 14 (the fuzz build) cannot compile it.
+  InternalError(std::string_view message, const char* file, int line);
 };
 
 // Exit status of a tool stopped by an InternalError (EX_SOFTWARE in sysexits.h).
 inline constexpr int kInternalErrorExit = 70;
 
-[[noreturn]] void internal_error(std::string_view message,
-                                 std::source_location where = std::source_location::current());
+// Throws InternalError; call it through LUMEN_INTERNAL_ERROR, which names the line.
+[[noreturn]] void internal_error(std::string_view message, const char* file, int line);
 
 // Every tool's main runs its work through this: the body's return value is
 // the exit status; an InternalError escaping it prints "<tool>: internal
@@ -39,7 +41,10 @@ int run_tool(std::string_view tool, const std::function<int()>& body, std::FILE*
 
 // Checks an invariant; `message` (anything convertible to std::string_view)
 // is built only when the check fails.
-#define LUMEN_ASSERT(cond, message)                \
-  do {                                             \
-    if (!(cond)) ::lumen::internal_error(message); \
+#define LUMEN_ASSERT(cond, message)                                    \
+  do {                                                                 \
+    if (!(cond)) ::lumen::internal_error(message, __FILE__, __LINE__); \
   } while (false)
+
+// Reports a broken invariant unconditionally (a state that cannot happen).
+#define LUMEN_INTERNAL_ERROR(message) ::lumen::internal_error(message, __FILE__, __LINE__)
