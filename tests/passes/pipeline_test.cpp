@@ -531,32 +531,83 @@ func @forward(%0 : i32[N]) -> f32[N, n_vocab] {
 
 // Passes on IR that parses and verifies (open types allowed) either work or
 // throw; mutated inputs exercise their error paths (under ASan in CI).
+// Each edit of a well-formed module has one expected verdict: the parser or
+// the verifier rejects it, a pass or lower_to_program rejects it with a one-line error
+// (never an InternalError: IR that verifies is the user's input), or it
+// compiles, and then the module after the passes verifies with every type
+// known and lowers to a Program with ops in every section it had.
+enum class Verdict { Parser, Verifier, Passes, Compiles };
+
+const char* name(Verdict v) {
+  switch (v) {
+    case Verdict::Parser: return "rejected by the parser";
+    case Verdict::Verifier: return "rejected by the verifier";
+    case Verdict::Passes: return "rejected by the passes";
+    case Verdict::Compiles: return "compiles";
+  }
+  return "?";
+}
+
 TEST(Pipeline, MutatedIrNeverCrashesThePasses) {
   std::string text = read_file(source_path("tests/passes/golden/infer_shapes.in.ir"));
   ASSERT_FALSE(text.empty());
-  const std::vector<std::pair<std::string, std::string>> edits = {
-      {"@wk[l]", "@wq[l]"},       {"@bq[l]", "@bk[l]"},     {"%3, %14", "%14, %14"}, {"%4 = rms_norm", "%4 = silu"},
-      {"@wup[l]", "@wgate[l]"},   {"silu %17", "silu %16"}, {"mul %18, %19", "add %18, %19"},
-      {"heads = n_head,", "heads = n_ff,"}, {"%11, %12, %10", "%11, %11, %11"}, {"last %2", "last %1"},
-      {"yield %22", "yield %21"}, {"n_embd_kv, n_embd]", "n_embd, n_embd_kv]"}, {"@wdown[l]", "@wo[l]"}};
-  int compiled_ok = 0;
-  for (const auto& [from, to] : edits) {
-    size_t at = text.find(from);
-    ASSERT_NE(at, std::string::npos) << from;
+  struct Edit {
+    std::string from, to;
+    Verdict expected;
+  };
+  const std::vector<Edit> edits = {
+      {"@wk[l]", "@wq[l]", Verdict::Parser},  // weight defined twice
+      {"@bq[l]", "@bk[l]", Verdict::Parser},
+      {"%3, %14", "%14, %14", Verdict::Passes},  // the loop yields what it did not compute in place
+      {"%4 = rms_norm", "%4 = silu", Verdict::Verifier},  // silu takes no weight
+      {"@wup[l]", "@wgate[l]", Verdict::Parser},
+      {"silu %17", "silu %16", Verdict::Passes},  // mul of [N, n_embd] and [N, n_ff]
+      {"mul %18, %19", "add %18, %19", Verdict::Compiles},  // a different model, but a valid one
+      // KNOWN GAP: rope with heads * dim != the row width, and attention whose k
+      // row is not kv_heads * dim, pass every check today (issue 12 item 1, the
+      // operator table, is to reject them); they are expected to compile until then.
+      {"heads = n_head,", "heads = n_ff,", Verdict::Compiles},
+      {"%11, %12, %10", "%11, %11, %11", Verdict::Compiles},
+      {"last %2", "last %1", Verdict::Passes},  // reads the loop's initial value inside it
+      {"yield %22", "yield %21", Verdict::Passes},
+      {"n_embd_kv, n_embd]", "n_embd, n_embd_kv]", Verdict::Passes},  // a transposed weight
+      {"@wdown[l]", "@wo[l]", Verdict::Parser}};
+  for (const Edit& edit : edits) {
+    const std::string what = edit.from + " -> " + edit.to;
+    size_t at = text.find(edit.from);
+    ASSERT_NE(at, std::string::npos) << edit.from;
     std::string mutated = text;
-    mutated.replace(at, from.size(), to);
+    mutated.replace(at, edit.from.size(), edit.to);
+    Verdict got = Verdict::Compiles;
+    std::string message;
     try {
       Module m = lumen::ir::parse_module(mutated);
-      if (!lumen::ir::verify(m, /*require_types=*/false).empty()) continue;
-      lumen::passes::run_pipeline(m);
-      (void)lumen::passes::lower_to_program(m);
-      ++compiled_ok;
+      const std::vector<std::string> problems = lumen::ir::verify(m, /*require_types=*/false);
+      if (!problems.empty()) {
+        got = Verdict::Verifier;
+        message = problems.front();
+      } else {
+        lumen::passes::run_pipeline(m);
+        EXPECT_EQ(lumen::ir::verify(m, /*require_types=*/true), std::vector<std::string>{}) << what;
+        const lumen::program::Program p = lumen::passes::lower_to_program(m);
+        EXPECT_FALSE(p.layer.empty()) << what;
+        EXPECT_FALSE(p.post.empty()) << what;
+      }
+    } catch (const lumen::ir::IrError& e) {
+      // IrError comes from the parser ("line L: ...") and from the passes ("<pass>: ...").
+      got = std::string(e.what()).rfind("line ", 0) == 0 ? Verdict::Parser : Verdict::Passes;
+      message = e.what();
     } catch (const lumen::InternalError& e) {
-      // IR that verifies is the user's input: what is wrong with it is a user error.
-      ADD_FAILURE() << from << " -> " << to << ": " << e.what();
-    } catch (const std::exception&) {
-      // An error, reported: fine.
+      ADD_FAILURE() << what << ": " << e.what();
+      continue;
+    } catch (const std::exception& e) {
+      got = Verdict::Passes;
+      message = e.what();
+    }
+    EXPECT_EQ(name(got), std::string(name(edit.expected))) << what << ": " << message;
+    if (got != Verdict::Compiles) {
+      EXPECT_FALSE(message.empty()) << what;
+      EXPECT_EQ(message.find('\n'), std::string::npos) << what << ": not one line: " << message;
     }
   }
-  EXPECT_LT(compiled_ok, static_cast<int>(edits.size()));
 }
