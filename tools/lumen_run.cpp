@@ -254,7 +254,14 @@ class Runner {
       reply += text;
       std::fwrite(text.data(), 1, text.size(), stdout);
       std::fflush(stdout);
-      if (streamer.stopped() || i + 1 == o_.n_predict) break;
+      if (streamer.stopped()) break;
+      if (i + 1 == o_.n_predict) {
+        // A conversation keeps the reply in the context: the last token was
+        // sampled but not evaluated, and the next turn starts after it.
+        if (o_.interactive && session_.position() < session_.n_ctx())
+          (void)session_.eval(std::span<const int32_t>(&next, 1));
+        break;
+      }
       if (session_.position() >= session_.n_ctx()) {
         std::fprintf(stderr, "lumen-run: context full, generation stopped\n");
         break;

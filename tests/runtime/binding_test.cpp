@@ -14,7 +14,9 @@
 
 #include "lumen/gguf/gguf.h"
 #include "lumen/common/numeric.h"
+#include "lumen/runtime/binding.h"
 #include "lumen/runtime/session.h"
+#include "lumen/runtime/thread_pool.h"
 #include "runtime_support.h"
 #include "support/tolerances.h"
 
@@ -33,6 +35,7 @@ struct SynthOptions {
   std::string skip_tensor;                                  // leave this tensor out
   std::string skip_key;                                     // leave this metadata key out (u32 defaults only)
   std::function<void(std::string&, gguf::TensorType&, std::vector<int64_t>&)> tensor;  // edit one
+  bool output_is_embedding_copy = false;                    // output.weight gets token_embd's bytes
 };
 
 SynthOptions with_metadata(std::function<void(gguf::Writer&)> f) {
@@ -85,15 +88,18 @@ std::string synth_gguf(const std::string& name, const SynthOptions& o = {}) {
   if (o.metadata) o.metadata(w);
 
   std::mt19937 rng(42);
+  std::vector<uint8_t> embedding_bytes;
   auto add = [&](std::string tname, gguf::TensorType type, std::vector<int64_t> ne) {
     if (tname == o.skip_tensor) return;
     const std::string original = tname;
     if (o.tensor) o.tensor(tname, type, ne);
     int64_t rows = ne.size() > 1 ? ne[1] : 1;
     std::vector<uint8_t> bytes;
-    if (type == gguf::TensorType::Q8_0) bytes = q8_0_bytes(rows, ne[0], rng);
+    if (original == "output.weight" && o.output_is_embedding_copy) bytes = embedding_bytes;
+    else if (type == gguf::TensorType::Q8_0) bytes = q8_0_bytes(rows, ne[0], rng);
     else if (type == gguf::TensorType::F16) bytes = std::vector<uint8_t>(static_cast<size_t>(2 * rows * ne[0]), 0);
     else bytes = f32_bytes(rows * ne[0], original.find("bias") != std::string::npos ? 0.01f : 1.0f);
+    if (original == "token_embd.weight") embedding_bytes = bytes;
     w.add_tensor(tname, type, ne, bytes);
   };
   const auto Q8 = gguf::TensorType::Q8_0, F32 = gguf::TensorType::F32;
@@ -200,10 +206,39 @@ TEST_F(Binding, EvalRefusalsLeaveTheSessionUnchanged) {
   EXPECT_THROW(s.eval(one), EvalError);
 }
 
+// Without output.weight the LM head binds token_embd.weight itself (the
+// tensor, not a copy), and computes exactly what an untied model whose
+// output.weight holds the embedding's bytes computes.
 TEST_F(Binding, TiedOutputFallsBackToTheEmbedding) {
-  Session s(model_, synth_gguf("tied", without("output.weight")));
-  std::vector<int32_t> tokens = {3, 4};
-  EXPECT_EQ(s.eval(tokens).size(), static_cast<size_t>(kVocab));
+  const std::string tied = synth_gguf("tied", without("output.weight"));
+  SynthOptions copy;
+  copy.output_is_embedding_copy = true;
+  const std::string untied = synth_gguf("untied_copy", copy);
+
+  int output = -1;
+  for (size_t i = 0; i < model_->program.weights.size(); ++i)
+    if (model_->program.weights[i].gguf_name == "output.weight") output = static_cast<int>(i);
+  ASSERT_GE(output, 0) << "the program has no output.weight";
+  EXPECT_EQ(model_->program.weights[static_cast<size_t>(output)].fallback, "token_embd.weight");
+  const gguf::File file = gguf::File::open(tied);
+  ThreadPool pool(1);
+  const BoundModel bound = bind_model(*model_, file, /*release_file_pages=*/false, pool);
+  const gguf::TensorInfo* embedding = file.find_tensor("token_embd.weight");
+  ASSERT_NE(embedding, nullptr);
+  EXPECT_EQ(bound.tensor(output, 0), embedding);
+
+  const std::vector<int32_t> tokens = {3, 4, 17, 39};
+  Session tied_session(model_, tied);
+  std::span<const float> got = tied_session.eval(tokens);
+  const std::vector<float> tied_logits(got.begin(), got.end());
+  ASSERT_EQ(tied_logits.size(), static_cast<size_t>(kVocab));
+  Session copy_session(model_, untied);
+  got = copy_session.eval(tokens);
+  EXPECT_EQ(tied_logits, std::vector<float>(got.begin(), got.end()));
+  // The output head matters: the default model's own random output.weight gives other logits.
+  Session own_head(model_, synth_gguf("own_head"));
+  got = own_head.eval(tokens);
+  EXPECT_NE(tied_logits, std::vector<float>(got.begin(), got.end()));
 }
 
 TEST_F(Binding, MetadataRefusals) {
