@@ -29,6 +29,10 @@ inline constexpr double kBatchVsTokenLogitDiff = 1e-3;
 inline constexpr double kFp32ReorderRelative = 4e-6;
 // One fp32 rounding of a value (2^-23: one ulp at the value's magnitude).
 inline constexpr double kFp32Ulp = 0x1p-23;
+// One f16 rounding (2^-10 relative: one ulp of f16's 10-bit mantissa). The
+// attention's probabilities are rounded to f16 for an f16 cache; a few-ulp
+// fp32 difference before that rounding can move one by this much.
+inline constexpr double kF16Ulp = 0x1p-10;
 // A vectorized exp (polynomial after range reduction) against std::exp in
 // double: a few ulps, plus the one rounding of the argument.
 inline constexpr double kVectorExpRelative = 1e-6;
