@@ -300,7 +300,9 @@ const Plan& Session::Impl::plan_for(int64_t n) {
       plan.sections[s].push_back(std::move(r));
     }
   }
-  if (plans.size() >= 16) plans.clear();  // prompts of many lengths (chat): keep the cache small
+  // Prompts of many lengths (chat) and server steps of every size up to
+  // --parallel + --chunk: keep the cache bounded.
+  if (plans.size() >= 64) plans.clear();
   return plans.emplace(n, std::move(plan)).first->second;
 }
 
