@@ -1,7 +1,8 @@
 // lumen-server-bench: aggregate generated tokens per second of an
 // OpenAI-compatible server (lumen-server or llama.cpp's llama-server) with
 // N concurrent clients. Each client sends the same kind of request in a loop
-// (greedy, ignore_eos, fixed max_tokens) for `requests` requests; the figure
+// (greedy, ignore_eos, fixed max_tokens, a prompt no server has cached) for
+// `requests` requests; the figure
 // is the completion tokens the server reports (usage) over the wall time.
 //
 //   lumen-server-bench --port 8080 --streams 1,2,4,8,16 --tokens 64 --requests 2
@@ -45,7 +46,9 @@ int main(int argc, char** argv) {
         httplib::Client cli(host, port);
         cli.set_read_timeout(600, 0);
         for (int r = 0; r < requests; ++r) {
-          std::string prompt = "Client " + std::to_string(c) + " request " + std::to_string(r) + ":";
+          // A new prefix every run, so no server reuses a cached prompt.
+          std::string prompt = "Run " + std::to_string(start.time_since_epoch().count() % 1000003) + " client " +
+                               std::to_string(c) + " request " + std::to_string(r) + ":";
           for (int w = 0; w < prompt_words; ++w) prompt += " word" + std::to_string((c * 7 + w) % 50);
           nlohmann::json body = {{"prompt", prompt}, {"max_tokens", tokens}, {"temperature", 0},
                                  {"ignore_eos", true}, {"stream", false}};
