@@ -23,12 +23,14 @@
 #include "lumen/runtime/session.h"
 #include "lumen/server/http_server.h"
 #include "lumen/server/scheduler.h"
+#include "lumen/text/chat_template.h"
 #include "lumen/text/tokenizer.h"
 
 namespace {
 
 struct Options {
   std::string model_path, gguf_path, alias;
+  std::optional<std::string> chat_template;  // a Jinja file instead of the GGUF's
   lumen::server::HttpOptions http;
   int parallel = 4;
   int64_t n_ctx = 4096;
@@ -77,6 +79,7 @@ int run(const Options& o) {
 
   std::unique_ptr<lumen::runtime::Session> session;
   std::optional<lumen::Tokenizer> tokenizer;
+  std::optional<lumen::chat::ChatTemplate> chat_template;
   std::unique_ptr<lumen::server::Scheduler> sched;
   try {
     auto model = std::make_shared<lumen::runtime::CompiledModel>(lumen::runtime::load_model_so(o.model_path));
@@ -88,6 +91,11 @@ int run(const Options& o) {
     so.kv_type = o.kv == "f32" ? lumen::runtime::KvType::F32 : lumen::runtime::KvType::F16;
     session = std::make_unique<lumen::runtime::Session>(model, o.gguf_path, so);
     tokenizer.emplace(lumen::Tokenizer::from_gguf(session->gguf()));
+    bool used_chatml = false;
+    chat_template.emplace(lumen::chat::load_chat_template(session->gguf(), o.gguf_path, o.chat_template, &used_chatml));
+    if (used_chatml)
+      std::fprintf(stderr, "lumen-server: warning: '%s' has no tokenizer.chat_template; using ChatML\n",
+                   o.gguf_path.c_str());
     lumen::server::SchedulerOptions sched_options;
     sched_options.max_queue = o.max_queue;
     sched_options.prompt_chunk = o.chunk;
@@ -100,7 +108,7 @@ int run(const Options& o) {
   if (name.empty()) name = session->gguf().get_string("general.name").value_or("");
   if (name.empty()) name = std::filesystem::path(o.gguf_path).stem().string();
   std::thread scheduler_thread([&] { sched->run(); });
-  http.attach(*sched, *tokenizer, name, session->n_ctx());
+  http.attach(*sched, *tokenizer, *chat_template, name, session->n_ctx());
   scheduler.store(sched.get());
   std::fprintf(stderr, "lumen-server: ready: %s, %d parallel sequences of %lld tokens, %d threads, %s\n", name.c_str(),
                o.parallel, static_cast<long long>(session->n_ctx()), session->n_threads(),
@@ -144,6 +152,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(size_t{1}, size_t{1} << 30));
   app.add_option("--timeout", o.http.read_timeout_seconds, "read and write timeout per client in seconds (default 30)")
       ->check(CLI::Range(1, 3600));
+  app.add_option("--chat-template", o.chat_template, "Jinja chat template file to use instead of the GGUF's");
   app.add_option("--alias", o.alias, "model name in responses (default: general.name, else the file name)");
   app.add_option("--grace", o.grace_seconds, "seconds running requests get after SIGTERM (default 5)")
       ->check(CLI::Range(0.0, 3600.0));

@@ -68,14 +68,6 @@ std::string content_text(const json& content) {
   bad("'content' must be a string or an array of text parts", "invalid_type");
 }
 
-std::vector<int32_t> encode(const Tokenizer& tok, const std::string& text) {
-  std::vector<int32_t> ids;
-  if (const auto bos = tok.bos_to_add()) ids.push_back(*bos);
-  std::vector<int32_t> body = tok.encode(text, /*parse_special=*/true);
-  ids.insert(ids.end(), body.begin(), body.end());
-  return ids;
-}
-
 }  // namespace
 
 std::string error_body(const ApiError& e) {
@@ -83,17 +75,19 @@ std::string error_body(const ApiError& e) {
   return dump(j);
 }
 
-std::string chat_prompt_text(const std::vector<ChatMessage>& messages) {
-  // As lumen-run --chat: ChatML, with Qwen's default system prompt when the
-  // conversation has none.
-  std::vector<ChatMessage> all;
-  if (messages.empty() || messages[0].role != "system")
-    all.push_back({"system", std::string(kQwenDefaultSystemPrompt)});
-  all.insert(all.end(), messages.begin(), messages.end());
-  return format_chatml(all, /*add_generation_prompt=*/true);
+std::string chat_prompt_text(const chat::ChatTemplate& chat_template, const std::vector<chat::Message>& messages,
+                             const nlohmann::ordered_json& raw_messages) {
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+  if (raw_messages.is_array()) extra["messages"] = raw_messages;
+  try {
+    return chat::render_chat(chat_template, messages, /*add_generation_prompt=*/true, extra);
+  } catch (const chat::TemplateError& e) {
+    bad(std::string("the chat template failed: ") + e.what(), "chat_template_error");
+  }
 }
 
-ApiRequest parse_request(Endpoint endpoint, std::string_view text, const Tokenizer& tokenizer, int64_t n_ctx) {
+ApiRequest parse_request(Endpoint endpoint, std::string_view text, const Tokenizer& tokenizer,
+                         const chat::ChatTemplate& chat_template, int64_t n_ctx) {
   json body;
   try {
     body = json::parse(text);
@@ -116,7 +110,7 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view text, const Tokeniz
     }
     if (one->is_string()) {
       r.prompt_text = one->get<std::string>();
-      g.prompt = encode(tokenizer, r.prompt_text);
+      g.prompt = tokenizer.encode_prompt(r.prompt_text);
     } else if (one->is_array()) {  // token ids
       for (const json& t : *one) {
         if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tokenizer.n_vocab())
@@ -144,7 +138,7 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view text, const Tokeniz
     const json* messages = field(body, "messages");
     if (messages == nullptr) bad("'messages' is required", "missing_field");
     if (!messages->is_array() || messages->empty()) bad("'messages' must be a non-empty array", "invalid_type");
-    std::vector<ChatMessage> list;
+    std::vector<chat::Message> list;
     for (const json& m : *messages) {
       if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
         bad("every message needs a string 'role'", "invalid_type");
@@ -153,8 +147,8 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view text, const Tokeniz
         bad("unknown message role '" + role + "'");
       list.push_back({role == "developer" ? "system" : role, content_text(m.contains("content") ? m["content"] : json())});
     }
-    r.prompt_text = chat_prompt_text(list);
-    g.prompt = encode(tokenizer, r.prompt_text);
+    r.prompt_text = chat_prompt_text(chat_template, list, nlohmann::ordered_json::parse(messages->dump()));
+    g.prompt = tokenizer.encode_prompt(r.prompt_text);
     r.logprobs = boolean(body, "logprobs", false);
     const int64_t top = integer(body, "top_logprobs", 0, 0, 20);
     if (field(body, "top_logprobs") != nullptr && !r.logprobs) bad("'top_logprobs' needs 'logprobs': true");

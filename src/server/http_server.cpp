@@ -23,6 +23,7 @@ struct HttpServer::Impl {
   int port = -1;
   std::atomic<Scheduler*> scheduler{nullptr};
   const Tokenizer* tokenizer = nullptr;
+  const chat::ChatTemplate* chat_template = nullptr;
   std::string model_name;
   int64_t n_ctx = 0;
   std::atomic<uint64_t> next_id{1};
@@ -151,7 +152,7 @@ void HttpServer::Impl::completion(Endpoint endpoint, const httplib::Request& req
   }
   auto request = std::make_shared<ApiRequest>();
   try {
-    *request = parse_request(endpoint, req.body, *tokenizer, n_ctx);
+    *request = parse_request(endpoint, req.body, *tokenizer, *chat_template, n_ctx);
   } catch (const ApiError& e) {
     send_error(res, e);
     return;
@@ -210,8 +211,10 @@ int HttpServer::port() const { return impl_->port; }
 void HttpServer::serve() { impl_->http.listen_after_bind(); }
 void HttpServer::stop() { impl_->http.stop(); }
 
-void HttpServer::attach(Scheduler& scheduler, const Tokenizer& tokenizer, std::string model_name, int64_t n_ctx) {
+void HttpServer::attach(Scheduler& scheduler, const Tokenizer& tokenizer, const chat::ChatTemplate& chat_template,
+                        std::string model_name, int64_t n_ctx) {
   impl_->tokenizer = &tokenizer;
+  impl_->chat_template = &chat_template;
   impl_->model_name = std::move(model_name);
   impl_->n_ctx = n_ctx;
   impl_->scheduler.store(&scheduler);

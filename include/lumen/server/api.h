@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "lumen/server/scheduler.h"
-#include "lumen/text/chat.h"
+#include "lumen/text/chat_template.h"
 #include "lumen/text/tokenizer.h"
 
 namespace lumen::server {
@@ -38,10 +38,14 @@ struct ApiRequest {
 };
 
 // Parses and checks a request body; throws ApiError (status 400).
-ApiRequest parse_request(Endpoint endpoint, std::string_view body, const Tokenizer& tokenizer, int64_t n_ctx);
+ApiRequest parse_request(Endpoint endpoint, std::string_view body, const Tokenizer& tokenizer,
+                         const chat::ChatTemplate& chat_template, int64_t n_ctx);
 
-// The chat template: the one place messages become prompt text.
-std::string chat_prompt_text(const std::vector<ChatMessage>& messages);
+// The one place messages become prompt text: the model's chat template (as
+// lumen-run --chat), given the request's whole message array (tool calls and
+// all) beside the role/content pairs.
+std::string chat_prompt_text(const chat::ChatTemplate& chat_template, const std::vector<chat::Message>& messages,
+                             const nlohmann::ordered_json& raw_messages);
 
 // Collects one request's events into its response (whole or streamed).
 class ResponseWriter {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "lumen/server/scheduler.h"
+#include "lumen/text/chat_template.h"
 #include "lumen/text/tokenizer.h"
 
 namespace lumen::server {
@@ -34,7 +35,8 @@ class HttpServer {
   void serve();
   void stop();
   // The model is ready: requests go to the scheduler from now on.
-  void attach(Scheduler& scheduler, const Tokenizer& tokenizer, std::string model_name, int64_t n_ctx);
+  void attach(Scheduler& scheduler, const Tokenizer& tokenizer, const chat::ChatTemplate& chat_template,
+              std::string model_name, int64_t n_ctx);
 
  private:
   struct Impl;
