@@ -295,42 +295,18 @@ class Runner {
   Stats stats_;
 };
 
-// Tokens of the text that starts the context: BOS first when the vocabulary
-// wants one; a chat template that already wrote the BOS text does not get a
-// second one (as llama.cpp strips it).
-std::vector<int32_t> encode(const lumen::Tokenizer& tok, std::string text) {
-  std::vector<int32_t> ids;
-  if (const auto bos = tok.bos_to_add()) {
-    ids.push_back(*bos);
-    const std::string bos_text = tok.token_text(*bos, /*special=*/true);
-    if (!bos_text.empty() && text.rfind(bos_text, 0) == 0) text.erase(0, bos_text.size());
-  }
-  std::vector<int32_t> body = tok.encode(text, /*parse_special=*/true);
-  ids.insert(ids.end(), body.begin(), body.end());
-  return ids;
-}
-
 // The chat template: --chat-template FILE, else the GGUF's
-// tokenizer.chat_template, else ChatML with a warning. Syntax errors are
-// diagnostics at the template's line and column.
+// tokenizer.chat_template, else ChatML with a warning.
 lumen::chat::ChatTemplate load_chat_template(const Options& o, const lumen::gguf::File& file) {
-  std::optional<std::string> source;
-  std::string name = o.gguf_path + ":tokenizer.chat_template";
-  if (o.chat_template) {
-    std::ifstream in(*o.chat_template, std::ios::binary);
-    if (!in) throw RunError("cannot read chat template '" + *o.chat_template + "'");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    source = ss.str();
-    name = *o.chat_template;
-  }
+  bool used_chatml = false;
   try {
-    if (auto t = lumen::chat::ChatTemplate::from_gguf(file, source)) return std::move(*t);
-  } catch (const lumen::chat::TemplateError& e) {
-    throw RunError(name + ":" + std::to_string(e.line()) + ":" + std::to_string(e.column()) + ": " + e.message());
+    lumen::chat::ChatTemplate t = lumen::chat::load_chat_template(file, o.gguf_path, o.chat_template, &used_chatml);
+    if (used_chatml)
+      std::fprintf(stderr, "lumen-run: warning: '%s' has no tokenizer.chat_template; using ChatML\n", o.gguf_path.c_str());
+    return t;
+  } catch (const std::runtime_error& e) {
+    throw RunError(e.what());
   }
-  std::fprintf(stderr, "lumen-run: warning: '%s' has no tokenizer.chat_template; using ChatML\n", o.gguf_path.c_str());
-  return lumen::chat::ChatTemplate::chatml();
 }
 
 std::string render(const lumen::chat::ChatTemplate& tmpl, const std::vector<lumen::chat::Message>& messages) {
@@ -407,7 +383,7 @@ int run(const Options& o) {
         tokens = tok.encode(std::string_view(full).substr(fed.size()), /*parse_special=*/true);
       } else {
         session.clear();
-        tokens = encode(tok, full);
+        tokens = tok.encode_prompt(full);
       }
       std::string reply = runner.turn(tokens, false);
       std::printf("\n");
@@ -421,7 +397,7 @@ int run(const Options& o) {
       messages.push_back({"user", prompt});
       text = render(*chat_template, messages);
     }
-    runner.turn(encode(tok, text), o.dump_logits.has_value());
+    runner.turn(tok.encode_prompt(text), o.dump_logits.has_value());
   }
 
   const Stats& st = runner.stats();

@@ -82,6 +82,25 @@ struct Plan {
   int64_t n = 0;
   PerSection<std::vector<ROp>> sections;
   RView tokens, logits;
+  std::vector<uint8_t*> buffer_base;  // row 0, column 0 of every buffer
+};
+
+// A contiguous run of rows of one pass that belong to one sequence (KV slot),
+// at consecutive positions from pos0.
+struct SeqRun {
+  int slot = 0;
+  int64_t row0 = 0, n = 0, pos0 = 0;
+};
+
+// The post ops run on k gathered rows at once (the output head reads its
+// weights once for every sequence of a step): the ops of plan_for(1) with the
+// buffers the post section writes moved to a side arena of k rows.
+struct PostTemplate {
+  bool batchable = false;
+  std::vector<ROp> ops;
+  std::vector<std::vector<bool>> side_in;  // per op and input: a side buffer (else TakeLast's source)
+  std::vector<bool> side_out, side_residual;
+  RView logits;
 };
 
 struct ThreadScratch {
@@ -105,7 +124,10 @@ struct Session::Impl {
   SessionOptions options;
   std::unique_ptr<ThreadPool> pool;
   int n_threads = 1;
-  int64_t n_ctx = 0, n_batch = 0, n_vocab = 0, position = 0;
+  int64_t n_ctx = 0, n_batch = 0, n_vocab = 0;
+  int n_seq = 1;
+  std::vector<int64_t> positions;  // tokens in each KV slot
+  int64_t slot_bytes = 0;          // KV bytes of one slot
   int64_t max_token_id = INT64_MAX;  // exclusive bound from the embedding tables
   int64_t kv_elem = 2;
   // The KV cache: per layer, per attention op of the layer section (its
@@ -116,20 +138,41 @@ struct Session::Impl {
   std::map<int64_t, Plan> plans;
   std::vector<ThreadScratch> scratch;
   std::vector<float> logits, all_logits;
+  // The rows of the pass being run: each token's slot and position, and the
+  // runs of consecutive rows of one sequence (attention works per run).
+  std::vector<int> row_slot;
+  std::vector<int64_t> row_pos;
+  std::vector<SeqRun> runs;
+  int64_t post_rows = 16;  // most rows per batched post pass
+  PageBuffer post_arena;
+  PostTemplate post_template;
+  std::map<int64_t, std::vector<ROp>> post_plans;
+  // step() results: logits of the kept rows, and where each entry's start.
+  std::vector<float> step_out;
+  std::vector<size_t> step_first;
+  std::vector<int64_t> step_kept, step_size;
   LoadStats stats;
   std::map<std::string, Profile> profile;
 
   const program::Program& program() const { return model->program; }
 
   const gguf::TensorInfo* tensor(int weight, int64_t layer) const { return bound.tensor(weight, layer); }
-  uint8_t* k_cache(int64_t layer, int slot) const {
-    return kv.data() + static_cast<size_t>(layer * kv_layer_bytes + kv_slot_offset[static_cast<size_t>(slot)]);
+  // Sequence slot after sequence slot; within one, per layer, per attention
+  // op of the layer section (op_slot), K then V.
+  uint8_t* k_cache(int64_t layer, int op_slot, int seq) const {
+    return kv.data() + static_cast<size_t>(seq * slot_bytes + layer * kv_layer_bytes +
+                                           kv_slot_offset[static_cast<size_t>(op_slot)]);
   }
-  uint8_t* v_cache(int64_t layer, int slot) const {
-    return k_cache(layer, slot) + static_cast<size_t>(n_ctx * kv_width[static_cast<size_t>(slot)] * kv_elem);
+  uint8_t* v_cache(int64_t layer, int op_slot, int seq) const {
+    return k_cache(layer, op_slot, seq) + static_cast<size_t>(n_ctx * kv_width[static_cast<size_t>(op_slot)] * kv_elem);
   }
 
   const Plan& plan_for(int64_t n);
+  void choose_kernel(ROp& r, Section s, size_t i, bool single_row) const;
+  void build_post_template();
+  const std::vector<ROp>& post_plan_for(int64_t k);
+  void forward(const Plan& plan, std::span<const int32_t> tokens, std::span<const int64_t> kept, float* out);
+  void run_post(const Plan& plan, std::span<const int64_t> kept, float* out);
   void check_op(const ROp& r, Section section, size_t index, int64_t n) const;
   void run_op(const ROp& r, Section section, size_t index, int64_t layer, int64_t take_row);
   void run_matmul(const ROp& r, const PackedMatMul& mm, int64_t n);
@@ -173,6 +216,8 @@ const Plan& Session::Impl::plan_for(int64_t n) {
                       std::to_string(n) + " in an arena of " + std::to_string(arena_bytes) + " bytes");
     layout.push_back(l);
   }
+  std::vector<uint8_t*> buffer_base;
+  for (const Layout& l : layout) buffer_base.push_back(arena.data() + l.offset);
   auto resolve = [&](const program::View& v, const char* what) {
     if (v.buffer < 0 || v.buffer >= static_cast<int>(p.buffers.size()))
       throw LoadError(std::string("program: ") + what + " refers to no buffer");
@@ -196,6 +241,7 @@ const Plan& Session::Impl::plan_for(int64_t n) {
 
   Plan plan;
   plan.n = n;
+  plan.buffer_base = std::move(buffer_base);
   auto whole = [&](int buffer, const char* what) {
     if (buffer < 0 || buffer >= static_cast<int>(p.buffers.size()))
       throw LoadError(std::string("program: no ") + what + " buffer");
@@ -248,36 +294,119 @@ const Plan& Session::Impl::plan_for(int64_t n) {
                                                 : std::sqrt(static_cast<float>(eval(op.scalar_sqrt, "the scale factor")));
       if (op.kind == OpKind::Softcap) r.scalar = hparam_value(op.scalar_hparam, "cap");
       r.profile_key = program::to_string(op.kind);
-      if (op.kind == OpKind::MatMul) {
-        // The rows this matmul sees decide the kernel: after TakeLast it is one.
-        const bool single_row = r.in.size() == 1 && r.in[0].rows == 1;
-        const program::KernelId& id = single_row ? op.schedule.decode_kernel : op.schedule.prefill_kernel;
-        auto k = model->kernels.find(id);
-        if (k == model->kernels.end())
-          throw LoadError("the model has no matmul kernel '" + program::to_string(id) + "' (" + to_string(s) +
-                          " op " + std::to_string(i) + ")");
-        r.kernel = k->second;
-        r.profile_key = "MatMul " + program::to_string(id);
-        const int64_t group = pack_row_group(model->isa);
-        // A prefill task covers whole register tiles: a task that ends inside
-        // a tile would run the slower edge body on every token tile. The
-        // kernel may run fewer groups than tile_m asks (its ISA's registers,
-        // or gate and up sharing them), so the unit is a multiple of every
-        // row tile up to tile_m: 96 rows for m48 (48, 32 and 16 divide it).
-        int64_t unit = group;
-        if (id.kind == program::KernelKind::Gemm)
-          for (int64_t tile_rows = 2 * group; tile_rows <= id.tile_m; tile_rows += group)
-            unit = std::lcm(unit, tile_rows);
-        r.rows_per_task = std::max<int64_t>(unit, (op.schedule.rows_per_task + unit - 1) / unit * unit);
-        r.tokens_per_task = std::max<int64_t>(1, op.schedule.tokens_per_task);
-      }
+      // The rows this matmul sees decide the kernel: after TakeLast it is one.
+      if (op.kind == OpKind::MatMul) choose_kernel(r, s, i, r.in.size() == 1 && r.in[0].rows == 1);
       check_op(r, s, i, n);
       plan.sections[s].push_back(std::move(r));
     }
   }
-  if (plans.size() >= 16) plans.clear();  // prompts of many lengths (chat): keep the cache small
+  // Prompts of many lengths (chat) and server steps of every size up to
+  // --parallel + --chunk: keep the cache bounded.
+  if (plans.size() >= 64) plans.clear();
   return plans.emplace(n, std::move(plan)).first->second;
 }
+
+void Session::Impl::choose_kernel(ROp& r, Section s, size_t i, bool single_row) const {
+  const Op& op = *r.op;
+  const program::KernelId& id = single_row ? op.schedule.decode_kernel : op.schedule.prefill_kernel;
+  auto k = model->kernels.find(id);
+  if (k == model->kernels.end())
+    throw LoadError("the model has no matmul kernel '" + program::to_string(id) + "' (" + to_string(s) + " op " +
+                    std::to_string(i) + ")");
+  r.kernel = k->second;
+  r.profile_key = "MatMul " + program::to_string(id);
+  const int64_t group = pack_row_group(model->isa);
+  // A prefill task covers whole register tiles: a task that ends inside
+  // a tile would run the slower edge body on every token tile. The
+  // kernel may run fewer groups than tile_m asks (its ISA's registers,
+  // or gate and up sharing them), so the unit is a multiple of every
+  // row tile up to tile_m: 96 rows for m48 (48, 32 and 16 divide it).
+  int64_t unit = group;
+  if (id.kind == program::KernelKind::Gemm)
+    for (int64_t tile_rows = 2 * group; tile_rows <= id.tile_m; tile_rows += group) unit = std::lcm(unit, tile_rows);
+  r.rows_per_task = std::max<int64_t>(unit, (op.schedule.rows_per_task + unit - 1) / unit * unit);
+  r.tokens_per_task = std::max<int64_t>(1, op.schedule.tokens_per_task);
+}
+
+// The post section on gathered rows: batchable when it starts with TakeLast
+// and every other view is a buffer written inside the post section (the usual
+// final norm and output head). Those buffers move to a side arena of
+// post_rows rows, so the arena's layout (one row after TakeLast) is untouched.
+void Session::Impl::build_post_template() {
+  const program::Program& p = program();
+  const Plan& one = plan_for(1);
+  PostTemplate t;
+  const std::vector<ROp>& ops = one.sections.post;
+  if (ops.empty() || ops[0].op->kind != OpKind::TakeLast) return;
+  std::vector<bool> written(p.buffers.size(), false);
+  for (const ROp& r : ops)
+    if (r.out.buffer >= 0) written[static_cast<size_t>(r.out.buffer)] = true;
+  if (p.logits_buffer < 0 || !written[static_cast<size_t>(p.logits_buffer)]) return;
+  std::vector<int64_t> side_offset(p.buffers.size(), -1);
+  int64_t side_bytes = 0;
+  std::vector<int64_t> stride(p.buffers.size(), 0);
+  auto note = [&](const RView& v) {
+    const size_t b = static_cast<size_t>(v.buffer);
+    if (side_offset[b] >= 0) return;
+    stride[b] = v.stride;
+    side_offset[b] = side_bytes;
+    side_bytes += (v.stride * post_rows + 63) / 64 * 64;
+  };
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const ROp& r = ops[i];
+    for (size_t j = 0; j < r.in.size(); ++j) {
+      const bool source = i == 0 && j == 0;
+      if (!source && !written[static_cast<size_t>(r.in[j].buffer)]) return;
+      if (!source) note(r.in[j]);
+    }
+    if (r.out.buffer >= 0) note(r.out);
+    if (r.residual.buffer >= 0) {
+      if (!written[static_cast<size_t>(r.residual.buffer)]) return;
+      note(r.residual);
+    }
+  }
+  post_arena = PageBuffer(static_cast<size_t>(std::max<int64_t>(side_bytes, 64)));
+  auto move = [&](RView v) {
+    const size_t b = static_cast<size_t>(v.buffer);
+    v.base = post_arena.data() + side_offset[b] + (v.base - one.buffer_base[b]);
+    v.stride = stride[b];
+    v.rows = post_rows;
+    return v;
+  };
+  for (size_t i = 0; i < ops.size(); ++i) {
+    ROp r = ops[i];
+    for (size_t j = 0; j < r.in.size(); ++j)
+      if (i != 0 || j != 0) r.in[j] = move(r.in[j]);
+    if (r.out.buffer >= 0) r.out = move(r.out);
+    if (r.residual.buffer >= 0) r.residual = move(r.residual);
+    if (r.op->kind == OpKind::MatMul) {
+      if (model->kernels.count(r.op->schedule.prefill_kernel) == 0) return;
+      for (const PackedMatMul& mm : bound.matmuls[Section::Post][i])
+        if (mm.k != r.in[0].cols || mm.rows != r.out.cols) return;
+    }
+    t.ops.push_back(std::move(r));
+  }
+  t.logits = move(one.logits);
+  t.batchable = true;
+  post_template = std::move(t);
+}
+
+// The template with its side views cut to k rows and the matmuls on their prefill kernels.
+const std::vector<ROp>& Session::Impl::post_plan_for(int64_t k) {
+  auto found = post_plans.find(k);
+  if (found != post_plans.end()) return found->second;
+  std::vector<ROp> ops = post_template.ops;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    ROp& r = ops[i];
+    for (size_t j = 0; j < r.in.size(); ++j)
+      if (i != 0 || j != 0) r.in[j].rows = k;
+    if (r.out.buffer >= 0) r.out.rows = k;
+    if (r.residual.buffer >= 0) r.residual.rows = k;
+    if (r.op->kind == OpKind::MatMul) choose_kernel(r, Section::Post, i, k == 1);
+  }
+  return post_plans.emplace(k, std::move(ops)).first->second;
+}
+
 
 namespace {
 
@@ -474,14 +603,13 @@ void Session::Impl::run_matmul(const ROp& r, const PackedMatMul& mm, int64_t n) 
 
 void Session::Impl::run_attention(const ROp& r, int64_t layer, int64_t n) {
   const int64_t kv_dim = kv_width[static_cast<size_t>(r.kv_slot)];
-  uint8_t* kc = k_cache(layer, r.kv_slot);
-  uint8_t* vc = v_cache(layer, r.kv_slot);
   const bool windowed = r.window > 0 && (r.window_pattern == 0 || layer % r.window_pattern < r.window_pattern - 1);
-  const int64_t pos0 = position;
   const bool f16 = options.kv_type == KvType::F16;
-  // Store this batch's K (already rotated) and V at their positions.
+  // Store this batch's K (already rotated) and V in their slots at their positions.
   pool->parallel_for(n, [&](int64_t t, int) {
-    const int64_t at = (pos0 + t) * kv_dim * kv_elem;
+    uint8_t* kc = k_cache(layer, r.kv_slot, row_slot[static_cast<size_t>(t)]);
+    uint8_t* vc = v_cache(layer, r.kv_slot, row_slot[static_cast<size_t>(t)]);
+    const int64_t at = row_pos[static_cast<size_t>(t)] * kv_dim * kv_elem;
     if (f16) {
       ops::to_f16(r.in[1].f32(t), reinterpret_cast<uint16_t*>(kc + at), kv_dim);
       ops::to_f16(r.in[2].f32(t), reinterpret_cast<uint16_t*>(vc + at), kv_dim);
@@ -492,22 +620,35 @@ void Session::Impl::run_attention(const ROp& r, int64_t layer, int64_t n) {
   });
   const int64_t group = r.n_heads / r.n_heads_kv;
   const float scale = r.attn_scale;
-  // Tasks are (kv head, block of kAttentionTokens tokens): the block's
-  // query heads share each converted K/V row. Fixed block size, so results
-  // do not depend on the thread count.
+  // Tasks are (kv head, block of kAttentionTokens tokens of one sequence):
+  // the block's query heads share each converted K/V row. Fixed block size,
+  // so results do not depend on the thread count; a row's scores, softmax and
+  // P·V sums run in key order whatever block it is in (keys past a row's
+  // causal bound get probability 0), so they do not depend on the batch.
+  // A mixed batch is one parallel_for over the blocks of all its sequences.
   constexpr int64_t kAttentionTokens = 16;
-  const int64_t token_blocks = (n + kAttentionTokens - 1) / kAttentionTokens;
-  pool->parallel_for(token_blocks * r.n_heads_kv, [&](int64_t task, int) {
-    const int64_t t0 = (task / r.n_heads_kv) * kAttentionTokens, kv_head = task % r.n_heads_kv;
+  struct Block {
+    const SeqRun* run;
+    int64_t t0;  // first token of the block within the run
+  };
+  std::vector<Block> blocks;
+  for (const SeqRun& run : runs)
+    for (int64_t t0 = 0; t0 < run.n; t0 += kAttentionTokens) blocks.push_back({&run, t0});
+  pool->parallel_for(static_cast<int64_t>(blocks.size()) * r.n_heads_kv, [&](int64_t task, int) {
+    const Block& blk = blocks[static_cast<size_t>(task / r.n_heads_kv)];
+    const SeqRun& run = *blk.run;
+    const int64_t t0 = run.row0 + blk.t0, kv_head = task % r.n_heads_kv;
+    const uint8_t* kc = k_cache(layer, r.kv_slot, run.slot);
+    const uint8_t* vc = v_cache(layer, r.kv_slot, run.slot);
     ops::AttentionBlock b{};
     b.q = r.in[0].f32(t0) + kv_head * group * r.head_dim;
     b.q_token_stride = r.in[0].stride / static_cast<int64_t>(sizeof(float));
     b.k = kc + kv_head * r.head_dim * kv_elem;
     b.v = vc + kv_head * r.head_dim * kv_elem;
     b.row_stride = kv_dim;
-    b.n_tokens = std::min(kAttentionTokens, n - t0);
+    b.n_tokens = std::min(kAttentionTokens, run.n - blk.t0);
     b.n_heads = group;
-    b.first_n_keys = pos0 + t0 + 1;  // causal: a token sees itself and everything before it
+    b.first_n_keys = run.pos0 + blk.t0 + 1;  // causal: a token sees itself and everything before it
     b.head_dim = r.head_dim;
     b.scale = scale;
     b.softcap = r.attn_softcap;
@@ -572,7 +713,7 @@ void Session::Impl::run_op(const ROp& r, Section section, size_t index, int64_t 
         if (!target.same_place(r.in[0]))
           std::memcpy(x, r.in[0].f32(i), static_cast<size_t>(r.in[0].cols) * sizeof(float));
         float* cos_sin = scratch[static_cast<size_t>(thread)].cos_sin.data();
-        ops::rope_angles(position + i, r.head_dim, r.rope_base, cos_sin, freq_factors);
+        ops::rope_angles(row_pos[static_cast<size_t>(i)], r.head_dim, r.rope_base, cos_sin, freq_factors);
         ops::rope(x, r.n_heads, r.head_dim, cos_sin, op.rope_mode);
       });
       break;
@@ -643,6 +784,10 @@ Session::Session(std::shared_ptr<const CompiledModel> model, const std::string& 
   if (options.n_threads < 0) throw LoadError("the thread count must be >= 1");
   if (options.n_batch < 1) throw LoadError("the batch size must be >= 1");
   if (options.n_ctx < 0) throw LoadError("the context size must be >= 1");
+  if (options.n_seq < 1 || options.n_seq > 4096) throw LoadError("the sequence count must be in [1, 4096]");
+  s.n_seq = options.n_seq;
+  s.positions.assign(static_cast<size_t>(s.n_seq), 0);
+  s.post_rows = std::max<int64_t>(16, s.n_seq);
   try {
     s.file.emplace(gguf::File::open(gguf_path));
   } catch (const gguf::Error& e) {
@@ -672,6 +817,7 @@ Session::Session(std::shared_ptr<const CompiledModel> model, const std::string& 
   s.plan_for(s.n_batch);
   const Plan& decode = s.plan_for(1);
   s.n_vocab = decode.logits.cols;
+  s.build_post_template();
 
   // One KV cache per attention op of a layer, as wide as its K.
   for (const ROp& r : decode.sections.layer) {
@@ -686,7 +832,9 @@ Session::Session(std::shared_ptr<const CompiledModel> model, const std::string& 
     s.kv_width.push_back(width);
   }
   int64_t kv_bytes = 0;
-  if (__builtin_mul_overflow(s.bound.n_layers, s.kv_layer_bytes, &kv_bytes)) throw LoadError("the KV cache size overflows");
+  if (__builtin_mul_overflow(s.bound.n_layers, s.kv_layer_bytes, &s.slot_bytes) ||
+      __builtin_mul_overflow(s.slot_bytes, static_cast<int64_t>(s.n_seq), &kv_bytes))
+    throw LoadError("the KV cache size overflows");
   s.kv = PageBuffer(static_cast<size_t>(std::max<int64_t>(kv_bytes, 1)));
   s.stats.kv_bytes = static_cast<uint64_t>(kv_bytes);
 
@@ -710,12 +858,56 @@ Session::Session(std::shared_ptr<const CompiledModel> model, const std::string& 
 
 Session::~Session() = default;
 
+// One forward pass over the rows set in row_slot/row_pos/runs, then the post
+// ops for the kept rows; their logits go to out, n_vocab floats each, in order.
+void Session::Impl::forward(const Plan& plan, std::span<const int32_t> tokens, std::span<const int64_t> kept,
+                            float* out) {
+  const program::Program& p = program();
+  const int64_t n = plan.n;
+  for (int64_t i = 0; i < n; ++i) *plan.tokens.i32(i) = tokens[static_cast<size_t>(i)];
+  for (size_t i = 0; i < p.pre.size(); ++i) run_op(plan.sections.pre[i], Section::Pre, i, 0, n - 1);
+  for (int64_t layer = 0; layer < bound.n_layers; ++layer)
+    for (size_t i = 0; i < p.layer.size(); ++i) run_op(plan.sections.layer[i], Section::Layer, i, layer, n - 1);
+  run_post(plan, kept, out);
+}
+
+// One row: TakeLast picks it and the post ops run on it (decode kernels).
+// Several: up to post_rows at a time gathered into the side arena and run
+// as one pass (prefill kernels), which gives each row the same bits.
+void Session::Impl::run_post(const Plan& plan, std::span<const int64_t> kept, float* out) {
+  const program::Program& p = program();
+  const size_t count = kept.size();
+  if (count == 1 || !post_template.batchable) {
+    for (size_t j = 0; j < count; ++j) {
+      for (size_t i = 0; i < p.post.size(); ++i) run_op(plan.sections.post[i], Section::Post, i, 0, kept[j]);
+      const float* row = plan.logits.f32(plan.logits.rows - 1);
+      std::copy(row, row + n_vocab, out + static_cast<int64_t>(j) * n_vocab);
+    }
+    return;
+  }
+  const RView& source = plan.sections.post[0].in[0];
+  for (size_t g = 0; g < count; g += static_cast<size_t>(post_rows)) {
+    const int64_t k = std::min<int64_t>(post_rows, static_cast<int64_t>(count - g));
+    const std::vector<ROp>& ops = post_plan_for(k);
+    const RView& gathered = ops[0].out;
+    for (int64_t j = 0; j < k; ++j)
+      std::memcpy(gathered.f32(j), source.f32(kept[g + static_cast<size_t>(j)]),
+                  static_cast<size_t>(source.cols) * sizeof(float));
+    for (size_t i = 1; i < ops.size(); ++i) run_op(ops[i], Section::Post, i, 0, 0);
+    for (int64_t j = 0; j < k; ++j) {
+      const float* row = post_template.logits.f32(j);
+      std::copy(row, row + n_vocab, out + (static_cast<int64_t>(g) + j) * n_vocab);
+    }
+  }
+}
+
 std::span<const float> Session::eval(std::span<const int32_t> tokens) {
   Impl& s = *impl_;
   const int64_t total = static_cast<int64_t>(tokens.size());
+  const int64_t position = s.positions[0];
   if (total == 0) throw EvalError("no tokens to evaluate");
-  if (total > s.n_ctx - s.position)
-    throw EvalError(std::to_string(total) + " tokens at position " + std::to_string(s.position) +
+  if (total > s.n_ctx - position)
+    throw EvalError(std::to_string(total) + " tokens at position " + std::to_string(position) +
                     " exceed the context size of " + std::to_string(s.n_ctx) + " (use --ctx)");
   for (int32_t id : tokens)
     if (id < 0 || id >= s.max_token_id || id >= s.n_vocab)
@@ -723,29 +915,110 @@ std::span<const float> Session::eval(std::span<const int32_t> tokens) {
                       std::to_string(std::min(s.max_token_id, s.n_vocab)) + ")");
   if (s.options.all_logits) s.all_logits.assign(static_cast<size_t>(total * s.n_vocab), 0.0f);
 
-  const program::Program& p = s.program();
+  std::vector<int64_t> kept;
   for (int64_t start = 0; start < total; start += s.n_batch) {
     const int64_t n = std::min(s.n_batch, total - start);
     const Plan& plan = s.plan_for(n);
-    for (int64_t i = 0; i < n; ++i) *plan.tokens.i32(i) = tokens[static_cast<size_t>(start + i)];
-    for (size_t i = 0; i < p.pre.size(); ++i) s.run_op(plan.sections.pre[i], Section::Pre, i, 0, n - 1);
-    for (int64_t layer = 0; layer < s.bound.n_layers; ++layer)
-      for (size_t i = 0; i < p.layer.size(); ++i) s.run_op(plan.sections.layer[i], Section::Layer, i, layer, n - 1);
+    s.row_slot.assign(static_cast<size_t>(n), 0);
+    s.row_pos.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) s.row_pos[static_cast<size_t>(i)] = s.positions[0] + i;
+    s.runs = {SeqRun{0, 0, n, s.positions[0]}};
     const bool last_batch = start + n == total;
-    // The post ops turn one row (TakeLast) into logits: once per batch for the
-    // last token, or once per token when every position's logits are kept.
-    const int64_t first_row = s.options.all_logits ? 0 : (last_batch ? n - 1 : n);
-    for (int64_t row = first_row; row < n; ++row) {
-      for (size_t i = 0; i < p.post.size(); ++i) s.run_op(plan.sections.post[i], Section::Post, i, 0, row);
-      const float* out = plan.logits.f32(plan.logits.rows - 1);
-      if (s.options.all_logits)
-        std::copy(out, out + s.n_vocab, s.all_logits.begin() + (start + row) * s.n_vocab);
-      if (last_batch && row == n - 1) std::copy(out, out + s.n_vocab, s.logits.begin());
-    }
-    s.position += n;
+    // The post ops turn rows into logits: the last token's, or every
+    // token's when all positions' logits are kept.
+    kept.clear();
+    if (s.options.all_logits)
+      for (int64_t i = 0; i < n; ++i) kept.push_back(i);
+    else if (last_batch)
+      kept.push_back(n - 1);
+    float* out = s.options.all_logits ? s.all_logits.data() + start * s.n_vocab : s.logits.data();
+    s.forward(plan, tokens.subspan(static_cast<size_t>(start), static_cast<size_t>(n)), kept, out);
+    s.positions[0] += n;
   }
+  if (s.options.all_logits)
+    std::copy(s.all_logits.end() - s.n_vocab, s.all_logits.end(), s.logits.begin());
   return s.logits;
 }
+
+void Session::step(std::span<const SeqTokens> batch) {
+  Impl& s = *impl_;
+  int64_t total = 0;
+  std::vector<bool> seen(static_cast<size_t>(s.n_seq), false);
+  for (const SeqTokens& e : batch) {
+    if (e.slot < 0 || e.slot >= s.n_seq)
+      throw EvalError("slot " + std::to_string(e.slot) + " is out of range [0, " + std::to_string(s.n_seq) + ")");
+    if (seen[static_cast<size_t>(e.slot)]) throw EvalError("slot " + std::to_string(e.slot) + " appears twice in a step");
+    seen[static_cast<size_t>(e.slot)] = true;
+    const int64_t size = static_cast<int64_t>(e.tokens.size());
+    if (size == 0) throw EvalError("slot " + std::to_string(e.slot) + " has no tokens to evaluate");
+    const int64_t position = s.positions[static_cast<size_t>(e.slot)];
+    if (size > s.n_ctx - position)
+      throw EvalError(std::to_string(size) + " tokens at position " + std::to_string(position) + " of slot " +
+                      std::to_string(e.slot) + " exceed the context size of " + std::to_string(s.n_ctx));
+    for (int32_t id : e.tokens)
+      if (id < 0 || id >= s.max_token_id || id >= s.n_vocab)
+        throw EvalError("token id " + std::to_string(id) + " is out of range [0, " +
+                        std::to_string(std::min(s.max_token_id, s.n_vocab)) + ")");
+    total += size;
+  }
+  if (total == 0) throw EvalError("no tokens to evaluate");
+  if (total > s.n_batch)
+    throw EvalError(std::to_string(total) + " tokens in one step exceed the batch size of " +
+                    std::to_string(s.n_batch));
+
+  std::vector<int32_t> tokens;
+  std::vector<int64_t> kept;
+  s.row_slot.clear();
+  s.row_pos.clear();
+  s.runs.clear();
+  s.step_first.clear();
+  s.step_kept.clear();
+  s.step_size.clear();
+  for (const SeqTokens& e : batch) {
+    const int64_t size = static_cast<int64_t>(e.tokens.size());
+    const int64_t row0 = static_cast<int64_t>(tokens.size());
+    const int64_t pos0 = s.positions[static_cast<size_t>(e.slot)];
+    s.runs.push_back(SeqRun{e.slot, row0, size, pos0});
+    for (int64_t i = 0; i < size; ++i) {
+      s.row_slot.push_back(e.slot);
+      s.row_pos.push_back(pos0 + i);
+    }
+    tokens.insert(tokens.end(), e.tokens.begin(), e.tokens.end());
+    s.step_first.push_back(kept.size());
+    s.step_kept.push_back(e.all_logits ? size : 1);
+    s.step_size.push_back(size);
+    if (e.all_logits)
+      for (int64_t i = 0; i < size; ++i) kept.push_back(row0 + i);
+    else
+      kept.push_back(row0 + size - 1);
+  }
+  s.step_out.resize(kept.size() * static_cast<size_t>(s.n_vocab));
+  const Plan& plan = s.plan_for(total);
+  s.forward(plan, tokens, kept, s.step_out.data());
+  for (const SeqTokens& e : batch) s.positions[static_cast<size_t>(e.slot)] += static_cast<int64_t>(e.tokens.size());
+}
+
+std::span<const float> Session::step_logits(size_t entry, int64_t token) const {
+  const Impl& s = *impl_;
+  if (entry >= s.step_first.size()) throw std::out_of_range("no step entry " + std::to_string(entry));
+  const int64_t kept = s.step_kept[entry], size = s.step_size[entry];
+  const int64_t row = token < 0 ? kept - 1 : token - (size - kept);
+  if (row < 0 || row >= kept) throw std::out_of_range("no logits kept for token " + std::to_string(token) + " of entry " +
+                                           std::to_string(entry) + " (all_logits)");
+  const size_t at = (s.step_first[entry] + static_cast<size_t>(row)) * static_cast<size_t>(s.n_vocab);
+  return std::span<const float>(s.step_out.data() + at, static_cast<size_t>(s.n_vocab));
+}
+
+int64_t Session::position(int slot) const {
+  if (slot < 0 || slot >= impl_->n_seq) throw std::out_of_range("no slot " + std::to_string(slot));
+  return impl_->positions[static_cast<size_t>(slot)];
+}
+void Session::clear(int slot) {
+  if (slot < 0 || slot >= impl_->n_seq) throw std::out_of_range("no slot " + std::to_string(slot));
+  impl_->positions[static_cast<size_t>(slot)] = 0;
+}
+int Session::n_seq() const { return impl_->n_seq; }
+int64_t Session::n_batch() const { return impl_->n_batch; }
 
 std::span<const float> Session::logits_at(int64_t i) const {
   const Impl& s = *impl_;
@@ -754,8 +1027,8 @@ std::span<const float> Session::logits_at(int64_t i) const {
   return std::span<const float>(s.all_logits.data() + i * s.n_vocab, static_cast<size_t>(s.n_vocab));
 }
 
-int64_t Session::position() const { return impl_->position; }
-void Session::clear() { impl_->position = 0; }
+int64_t Session::position() const { return impl_->positions[0]; }
+void Session::clear() { impl_->positions[0] = 0; }
 int64_t Session::n_ctx() const { return impl_->n_ctx; }
 int64_t Session::n_vocab() const { return impl_->n_vocab; }
 int Session::n_threads() const { return impl_->n_threads; }

@@ -920,6 +920,18 @@ bool Tokenizer::add_bos() const { return impl_->add_bos; }
 bool Tokenizer::add_eos() const { return impl_->add_eos; }
 std::optional<int32_t> Tokenizer::bos_to_add() const { return impl_->add_bos ? impl_->bos : std::nullopt; }
 
+std::vector<int32_t> Tokenizer::encode_prompt(std::string_view text) const {
+  std::vector<int32_t> ids;
+  if (const auto bos = bos_to_add()) {
+    ids.push_back(*bos);
+    const std::string bos_text = token_text(*bos, /*special=*/true);
+    if (!bos_text.empty() && text.substr(0, bos_text.size()) == bos_text) text.remove_prefix(bos_text.size());
+  }
+  std::vector<int32_t> body = encode(text, /*parse_special=*/true);
+  ids.insert(ids.end(), body.begin(), body.end());
+  return ids;
+}
+
 // ---------------------------------------------------------------------------
 // Utf8Streamer
 

@@ -22,6 +22,7 @@ ALLOWED = {
     "passes": {"ir", "dsl", "ops", "program", "target", "common"},
     "codegen": {"program", "target", "common"},
     "runtime": {"program", "ops", "target", "text", "gguf", "common"},
+    "server": {"runtime", "text", "gguf", "common"},
 }
 COMPILER = {"dsl", "ir", "passes", "codegen"}
 

@@ -27,6 +27,15 @@ struct SessionOptions {
   // Packed-weight cache directory ("" = none: repack on every load); the
   // tools pass default_pack_cache_dir() (pack_cache.h) unless --no-pack-cache.
   std::string pack_cache_dir;
+  int n_seq = 1;            // KV slots: sequences step() can advance together (each n_ctx long)
+};
+
+// One sequence's part of a step(): tokens appended to the KV slot `slot` at
+// its position. all_logits keeps the logits of every token, not only the last.
+struct SeqTokens {
+  int slot = 0;
+  std::span<const int32_t> tokens;
+  bool all_logits = false;
 };
 
 // eval() refusals that leave the session usable: context overflow, bad token ids.
@@ -61,8 +70,25 @@ class Session {
   // With options.all_logits: the logits of token i of the last eval().
   std::span<const float> logits_at(int64_t i) const;
 
-  int64_t position() const;  // tokens in the KV cache
-  void clear();              // forget the KV cache (position 0)
+  int64_t position() const;  // tokens in the KV cache (slot 0)
+  void clear();              // forget the KV cache (slot 0 at position 0)
+
+  // Continuous batching: runs the tokens of several sequences (distinct slots)
+  // as ONE forward pass of N = their total (at most n_batch), so every matmul
+  // reads its weights once for all of them (the prefill kernels when N > 1).
+  // Each row's arithmetic is the same whatever else is in the pass (matmul
+  // outputs and attention rows accumulate in a fixed order), so a sequence's
+  // logits are bitwise those of running it alone or through eval(). Throws
+  // EvalError (session unchanged) for a bad slot, a slot twice, a context
+  // overflow, a bad token id or more than n_batch tokens.
+  void step(std::span<const SeqTokens> batch);
+  // Logits after step(): entry i of its batch, token `token` of that entry
+  // (-1: the last; others need all_logits). Valid until the next step/eval.
+  std::span<const float> step_logits(size_t entry, int64_t token = -1) const;
+  int64_t position(int slot) const;
+  void clear(int slot);      // frees the slot (position 0)
+  int n_seq() const;
+  int64_t n_batch() const;
   int64_t n_ctx() const;
   int64_t n_vocab() const;
   int n_threads() const;

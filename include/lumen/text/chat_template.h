@@ -94,6 +94,13 @@ class ChatTemplate {
   std::string bos_token_, eos_token_;
 };
 
+// The template a runtime uses: the file `template_file` when given, else the
+// GGUF's tokenizer.chat_template, else ChatML (then *used_chatml is set, so the
+// caller can warn). Throws std::runtime_error with one line: an unreadable
+// file, or a syntax error as NAME:LINE:COL: message.
+ChatTemplate load_chat_template(const gguf::File& file, const std::string& gguf_name,
+                                const std::optional<std::string>& template_file, bool* used_chatml);
+
 // The one entry point for runtimes (lumen-run, the server): messages as
 // {role, content}, plus optional extra fields. `extra` may hold "messages"
 // (a full JSON message array that replaces `messages`, for tool calls) and

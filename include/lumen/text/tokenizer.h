@@ -116,6 +116,11 @@ class Tokenizer {
   // else the default of the vocabulary type and pre-tokenizer (SPM and Llama 3
   // yes, Qwen2 and GPT-2 no).
   std::optional<int32_t> bos_to_add() const;
+  // The tokens of a text that starts the context (a prompt or a rendered chat):
+  // BOS first when bos_to_add() says so, special tokens parsed; a text that
+  // already starts with the BOS text does not get a second one (llama.cpp
+  // strips it from chat templates' output).
+  std::vector<int32_t> encode_prompt(std::string_view text) const;
 
  private:
   struct Impl;

@@ -1,0 +1,77 @@
+// The OpenAI API as JSON: request bodies of /v1/completions and
+// /v1/chat/completions parsed and checked into GenerationParams, and the
+// scheduler's events turned into responses, whole or as Server-Sent Events.
+// Log-probabilities are doubles printed so that they parse back exactly.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lumen/server/scheduler.h"
+#include "lumen/text/chat_template.h"
+#include "lumen/text/tokenizer.h"
+
+namespace lumen::server {
+
+// An OpenAI-style error: {"error": {"message", "type", "code"}} with an HTTP status.
+struct ApiError : std::runtime_error {
+  ApiError(int status, std::string message, std::string type = "invalid_request_error", std::string code = "")
+      : std::runtime_error(message), status(status), type(std::move(type)), code(std::move(code)) {}
+  int status;
+  std::string type, code;
+};
+std::string error_body(const ApiError& e);
+
+enum class Endpoint { Completions, Chat };
+
+struct ApiRequest {
+  Endpoint endpoint = Endpoint::Completions;
+  GenerationParams generation;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool echo = false;           // completions: the prompt precedes the text
+  bool logprobs = false;       // report log-probabilities (k = generation.top_logprobs)
+  std::string prompt_text;     // what the prompt says (echo, text offsets)
+};
+
+// Parses and checks a request body; throws ApiError (status 400).
+ApiRequest parse_request(Endpoint endpoint, std::string_view body, const Tokenizer& tokenizer,
+                         const chat::ChatTemplate& chat_template, int64_t n_ctx);
+
+// The one place messages become prompt text: the model's chat template (as
+// lumen-run --chat), given the request's whole message array (tool calls and
+// all) beside the role/content pairs.
+std::string chat_prompt_text(const chat::ChatTemplate& chat_template, const std::vector<chat::Message>& messages,
+                             const nlohmann::ordered_json& raw_messages);
+
+// Collects one request's events into its response (whole or streamed).
+class ResponseWriter {
+ public:
+  ResponseWriter(const ApiRequest& request, const Tokenizer& tokenizer, std::string model, std::string id,
+                 int64_t created);
+  // Streaming: the SSE records ("data: {...}\n\n") this event produces;
+  // after Done they end with "data: [DONE]\n\n".
+  std::string stream(const Event& event);
+  // Whole: add every event, then body().
+  void add(const Event& event);
+  std::string body() const;
+  bool done() const { return done_; }
+
+ private:
+  std::string chunk(const std::string& text, const std::vector<TokenLogprob>& logprobs, bool with_prompt,
+                    const char* finish_reason) const;
+  const ApiRequest& request_;
+  const Tokenizer& tokenizer_;
+  std::string model_, id_;
+  int64_t created_;
+  std::string text_;
+  std::vector<TokenLogprob> prompt_logprobs_, logprobs_;
+  int64_t completion_tokens_ = 0;
+  std::string finish_reason_;
+  bool done_ = false, sent_role_ = false;
+};
+
+}  // namespace lumen::server

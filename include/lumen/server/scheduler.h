@@ -1,0 +1,139 @@
+// Continuous batching over one Session: requests wait in a bounded queue,
+// each admitted one gets a KV slot, and every step() runs ONE forward pass
+// holding the next token of every generating sequence plus bounded chunks of
+// pending prompts (Session::step, the N>1 kernels). A sequence that ends or is
+// cancelled frees its slot at once. No sockets here: the HTTP layer talks to
+// Request objects, and the tests drive step() directly.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lumen/runtime/sampler.h"
+#include "lumen/runtime/session.h"
+#include "lumen/text/tokenizer.h"
+
+namespace lumen::server {
+
+struct GenerationParams {
+  std::vector<int32_t> prompt;  // token ids, BOS included
+  SamplerParams sampling;
+  int64_t max_tokens = 16;
+  std::vector<std::string> stops;
+  bool ignore_eos = false;
+  int top_logprobs = -1;         // -1: none; k >= 0: each generated token's log-probability and the k best
+  bool prompt_logprobs = false;  // echo: the log-probabilities of the prompt tokens too
+};
+
+// A token with its log-probability under the model (log-softmax of the raw
+// logits, before any sampling filter) and the best alternatives.
+struct TokenLogprob {
+  int32_t id = 0;
+  std::optional<double> logprob;  // none for the first prompt token
+  std::vector<std::pair<int32_t, double>> top;
+};
+
+struct Event {
+  enum class Kind { Prompt, Token, Done };
+  Kind kind = Kind::Token;
+  std::vector<TokenLogprob> prompt;  // Prompt: every prompt token (prompt_logprobs only)
+  TokenLogprob token;                // Token: the generated token
+  std::string text;                  // Token/Done: text now safe to show (stop strings held back)
+  std::string finish_reason;         // Done: "stop", "length" or "cancelled"
+};
+
+// One request's side of the conversation with the scheduler (thread-safe).
+class Request {
+ public:
+  Request(uint64_t id, GenerationParams params) : id_(id), params_(std::move(params)) {}
+  // Waits up to `timeout` for events and moves them to `out` (appending).
+  // Returns false when there were none.
+  bool next(std::vector<Event>& out, std::chrono::milliseconds timeout);
+  uint64_t id() const { return id_; }
+  const GenerationParams& params() const { return params_; }
+  bool cancelled() const { return cancelled_.load(); }
+
+ private:
+  friend class Scheduler;
+  void post(Event e);
+  const uint64_t id_;
+  const GenerationParams params_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Event> events_;
+  std::atomic<bool> cancelled_{false};
+};
+
+struct SchedulerOptions {
+  int64_t max_queue = 64;      // requests waiting for a slot; beyond: refused
+  int64_t prompt_chunk = 64;   // most prompt tokens of one sequence per step
+};
+
+struct SchedulerStats {
+  uint64_t requests = 0, rejected = 0, prompt_tokens = 0, generated_tokens = 0, steps = 0;
+  int64_t queued = 0, active = 0;
+  int64_t last_batch_rows = 0, last_batch_sequences = 0;
+  double tokens_per_second = 0;  // generated, over the last 10 s
+};
+
+// What the last step ran, for tests: (slot, tokens) per entry.
+struct StepTrace {
+  std::vector<std::pair<int, int64_t>> entries;
+};
+
+class Scheduler {
+ public:
+  // The session's n_seq is the number of parallel sequences.
+  Scheduler(runtime::Session& session, const Tokenizer& tokenizer, SchedulerOptions options = {});
+  ~Scheduler();
+
+  // Queues a request; nullptr when the queue is full or the scheduler stops.
+  // The prompt must be non-empty and fit the context (the API layer checks).
+  std::shared_ptr<Request> submit(GenerationParams params);
+  // The client is gone: the sequence frees its slot at the next step.
+  void cancel(const std::shared_ptr<Request>& request);
+
+  // Runs one forward pass over what is active; false when there was nothing to do.
+  bool step();
+  // step() until stop(); sleeps while idle.
+  void run();
+  // Refuse new requests; wait up to `grace` for running and queued ones to
+  // finish, then cancel the rest; run() returns.
+  void stop(std::chrono::milliseconds grace);
+
+  SchedulerStats stats() const;
+  StepTrace last_step() const;
+  int parallel() const;
+
+ private:
+  struct Sequence;
+  void admit_locked();
+  void finish(Sequence& seq, const std::string& reason, std::string text = {});
+
+  runtime::Session& session_;
+  const Tokenizer& tokenizer_;
+  const SchedulerOptions options_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Request>> queue_;
+  std::vector<std::unique_ptr<Sequence>> slots_;  // by slot; null when free
+  uint64_t next_id_ = 1;
+  bool accepting_ = true, stopping_ = false;
+  SchedulerStats stats_;
+  StepTrace trace_;
+  std::deque<std::pair<std::chrono::steady_clock::time_point, int64_t>> recent_;  // generated tokens per step
+};
+
+// log-softmax of logits at `id`, and the k most likely (id, log-probability), best first.
+TokenLogprob token_logprob(std::span<const float> logits, int32_t id, int k);
+
+}  // namespace lumen::server

@@ -1,0 +1,173 @@
+// lumen-server: the OpenAI API over one compiled model, with continuous
+// batching (src/server). It listens first (/health says 503 while the model
+// loads), then serves until SIGTERM or SIGINT: new requests are refused,
+// running ones get a few seconds to finish, and the process exits 0.
+//
+// Exit codes: 0 after a signal, 1 runtime error (files, port), 2 bad command
+// line, 70 internal error.
+#include <CLI/CLI.hpp>
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "lumen/common/internal_error.h"
+#include "lumen/runtime/compiled_model.h"
+#include "lumen/runtime/session.h"
+#include "lumen/server/http_server.h"
+#include "lumen/server/scheduler.h"
+#include "lumen/text/chat_template.h"
+#include "lumen/text/tokenizer.h"
+
+namespace {
+
+struct Options {
+  std::string model_path, gguf_path, alias;
+  std::optional<std::string> chat_template;  // a Jinja file instead of the GGUF's
+  lumen::server::HttpOptions http;
+  int parallel = 4;
+  int64_t n_ctx = 4096;
+  int64_t n_batch = 512;
+  int64_t chunk = 64;
+  int64_t max_queue = 64;
+  std::optional<int> n_threads;
+  std::string kv = "f16";
+  double grace_seconds = 5;
+};
+
+int run(const Options& o) {
+  // Signals are taken by one thread with sigwait, so every thread started
+  // from here on has them blocked.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  lumen::server::HttpOptions http_options = o.http;
+  http_options.handler_threads = std::max<int>(8, o.parallel + static_cast<int>(o.max_queue) + 8);
+  lumen::server::HttpServer http(http_options);
+  http.bind();
+  std::fprintf(stderr, "lumen-server: listening on http://%s:%d\n", o.http.host.c_str(), http.port());
+  std::fflush(stderr);
+  std::thread server_thread([&] { http.serve(); });
+
+  std::atomic<lumen::server::Scheduler*> scheduler{nullptr};
+  std::atomic<bool> stopping{false};
+  std::thread signal_thread([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    stopping = true;
+    std::fprintf(stderr, "lumen-server: %s: finishing running requests\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    if (lumen::server::Scheduler* s = scheduler.load())
+      s->stop(std::chrono::milliseconds(static_cast<int64_t>(o.grace_seconds * 1000)));
+    http.stop();
+  });
+  // A failed load ends the server as a signal would.
+  auto shut_down = [&] {
+    if (!stopping) pthread_kill(signal_thread.native_handle(), SIGTERM);
+    signal_thread.join();
+    server_thread.join();
+  };
+
+  std::unique_ptr<lumen::runtime::Session> session;
+  std::optional<lumen::Tokenizer> tokenizer;
+  std::optional<lumen::chat::ChatTemplate> chat_template;
+  std::unique_ptr<lumen::server::Scheduler> sched;
+  try {
+    auto model = std::make_shared<lumen::runtime::CompiledModel>(lumen::runtime::load_model_so(o.model_path));
+    lumen::runtime::SessionOptions so;
+    so.n_ctx = o.n_ctx;
+    so.n_batch = o.n_batch;
+    so.n_threads = o.n_threads.value_or(0);
+    so.n_seq = o.parallel;
+    so.kv_type = o.kv == "f32" ? lumen::runtime::KvType::F32 : lumen::runtime::KvType::F16;
+    session = std::make_unique<lumen::runtime::Session>(model, o.gguf_path, so);
+    tokenizer.emplace(lumen::Tokenizer::from_gguf(session->gguf()));
+    bool used_chatml = false;
+    chat_template.emplace(lumen::chat::load_chat_template(session->gguf(), o.gguf_path, o.chat_template, &used_chatml));
+    if (used_chatml)
+      std::fprintf(stderr, "lumen-server: warning: '%s' has no tokenizer.chat_template; using ChatML\n",
+                   o.gguf_path.c_str());
+    lumen::server::SchedulerOptions sched_options;
+    sched_options.max_queue = o.max_queue;
+    sched_options.prompt_chunk = o.chunk;
+    sched = std::make_unique<lumen::server::Scheduler>(*session, *tokenizer, sched_options);
+  } catch (...) {
+    shut_down();
+    throw;
+  }
+  std::string name = o.alias;
+  if (name.empty()) name = session->gguf().get_string("general.name").value_or("");
+  if (name.empty()) name = std::filesystem::path(o.gguf_path).stem().string();
+  std::thread scheduler_thread([&] { sched->run(); });
+  http.attach(*sched, *tokenizer, *chat_template, name, session->n_ctx());
+  scheduler.store(sched.get());
+  std::fprintf(stderr, "lumen-server: ready: %s, %d parallel sequences of %lld tokens, %d threads, %s\n", name.c_str(),
+               o.parallel, static_cast<long long>(session->n_ctx()), session->n_threads(),
+               session->model().target.c_str());
+  std::fflush(stderr);
+  if (stopping) sched->stop(std::chrono::milliseconds(0));  // the signal came while loading
+  signal_thread.join();  // serves until a signal
+  server_thread.join();
+  sched->stop(std::chrono::milliseconds(0));
+  scheduler_thread.join();
+  std::fprintf(stderr, "lumen-server: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"lumen-server: the OpenAI API over a model compiled by lumenc, with continuous batching.\n\n"
+               "Example:\n"
+               "  lumen-server model.so --gguf qwen2.5-0.5b-instruct-q8_0.gguf --parallel 8 --port 8080\n",
+               "lumen-server"};
+  app.add_option("model", o.model_path, "model.so written by `lumenc compile`")->required();
+  app.add_option("--gguf", o.gguf_path, "GGUF file with the weights and the tokenizer")->required();
+  app.add_option("--host", o.http.host, "address to listen on (default 127.0.0.1)");
+  app.add_option("--port", o.http.port, "port (default 8080; 0 picks a free one)")->check(CLI::Range(0, 65535));
+  app.add_option("--parallel,--np", o.parallel, "sequences generated together, one KV slot each (default 4)")
+      ->check(CLI::Range(1, 256));
+  app.add_option("--ctx", o.n_ctx, "context size of each sequence in tokens (default 4096)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  app.add_option("--batch", o.n_batch, "most tokens per forward pass (default 512)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--chunk", o.chunk, "most prompt tokens of one sequence per forward pass (default 64)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("-t,--threads", o.n_threads, "threads (default: physical cores)")->check(CLI::Range(1, 4096));
+  app.add_option("--kv", o.kv, "KV cache type: f16 or f32")->check(CLI::IsMember({"f16", "f32"}));
+  app.add_option("--api-key", o.http.api_key, "require 'Authorization: Bearer KEY' on /v1");
+  app.add_option("--max-queue", o.max_queue, "requests waiting for a slot; beyond: 503 (default 64)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 16));
+  app.add_option("--max-body", o.http.max_body_bytes, "largest request body in bytes; beyond: 413 (default 4 MiB)")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 30));
+  app.add_option("--timeout", o.http.read_timeout_seconds, "read and write timeout per client in seconds (default 30)")
+      ->check(CLI::Range(1, 3600));
+  app.add_option("--chat-template", o.chat_template, "Jinja chat template file to use instead of the GGUF's");
+  app.add_option("--alias", o.alias, "model name in responses (default: general.name, else the file name)");
+  app.add_option("--grace", o.grace_seconds, "seconds running requests get after SIGTERM (default 5)")
+      ->check(CLI::Range(0.0, 3600.0));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "lumen-server: error: %s\n", e.what());
+    return 2;
+  }
+  o.http.write_timeout_seconds = o.http.read_timeout_seconds;
+  if (o.n_ctx * o.parallel > (int64_t{1} << 31)) {
+    std::fprintf(stderr, "lumen-server: error: --ctx x --parallel is too large\n");
+    return 2;
+  }
+  return lumen::run_tool("lumen-server", [&o] { return run(o); });
+}
