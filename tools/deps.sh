@@ -4,11 +4,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
-<<<<<<< HEAD
-packages=(cmake make g++ libfmt-dev libcli11-dev libxbyak-dev libgtest-dev python3 libpcre2-dev pkgconf nlohmann-json3-dev)
-=======
 packages=(cmake make g++ libfmt-dev libcli11-dev libxbyak-dev libgtest-dev python3 libpcre2-dev pkgconf nlohmann-json3-dev libcpp-httplib-dev)
->>>>>>> 2d5ba38 (lumen-server: the OpenAI API (completions, chat, logprobs/echo, SSE streaming, models, health, metrics) over cpp-httplib and nlohmann-json, with a continuous-batching scheduler on Session::step)
 command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
 
 missing=()

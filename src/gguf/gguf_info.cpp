@@ -3,30 +3,12 @@
 // the tensor table with shapes, types, offsets and sizes in MiB.
 #include <fmt/format.h>
 
+#include "lumen/common/quote.h"
 #include "lumen/gguf/info.h"
 
 namespace lumen::gguf {
 
 namespace {
-
-// Strings are shown quoted with control characters and quotes escaped, so
-// one key is always one line.
-std::string quote(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20 || c == 0x7F) out += fmt::format("\\x{:02x}", c);
-        else out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
 
 constexpr size_t kMaxShownString = 120;
 
