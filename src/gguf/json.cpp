@@ -1,13 +1,16 @@
-// Recursive-descent JSON parser (RFC 8259). Strict: no comments, no trailing
-// commas, no NaN; strings are UTF-8 with \uXXXX escapes (surrogate pairs
-// joined). Depth is bounded so hostile input cannot exhaust the stack.
+// json::parse on top of nlohmann-json's SAX parser (Debian nlohmann-json3-dev):
+// nlohmann does the RFC 8259 lexing and UTF-8 checks; this file builds the
+// immutable json::Value tree with an explicit stack (no recursion, so hostile
+// nesting cannot exhaust the stack) and turns nlohmann's errors into one line
+// "line L, column C: ...".
 #include "lumen/gguf/json.h"
 
-#include <charconv>
+#include <algorithm>
 #include <cmath>
 #include <string>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 namespace lumen::json {
 
@@ -29,235 +32,122 @@ namespace {
   throw Error(fmt::format("expected a JSON {}, found {}", want, to_string(have)));
 }
 
-class Parser {
- public:
-  explicit Parser(std::string_view text) : text_(text) {}
+// nlohmann's messages read "[json.exception.parse_error.101] parse error at
+// line 1, column 4: syntax error ...": keep only what follows the location,
+// which is recomputed from the byte offset for every kind of error. nlohmann
+// echoes the bytes it last read, which may be ill-formed UTF-8: bytes above
+// ASCII are printed as \xNN so the message stays one printable line.
+std::string describe(std::string_view message) {
+  if (message.substr(0, 1) == "[") {
+    const size_t close = message.find("] ");
+    if (close != std::string_view::npos) message.remove_prefix(close + 2);
+  }
+  constexpr std::string_view kParseError = "parse error";
+  if (message.substr(0, kParseError.size()) == kParseError) {
+    const size_t colon = message.find(": ");
+    if (colon != std::string_view::npos) message.remove_prefix(colon + 2);
+  }
+  std::string out;
+  for (char c : message) {
+    if (static_cast<unsigned char>(c) < 0x80) {
+      out += c;
+    } else {
+      out += fmt::format("\\x{:02X}", static_cast<unsigned char>(c));
+    }
+  }
+  return out;
+}
 
-  Value parse_document() {
-    skip_space();
-    Value v = parse_value(0);
-    skip_space();
-    if (pos_ != text_.size()) fail("unexpected text after the JSON value");
-    return v;
+std::string location(std::string_view text, size_t offset) {
+  offset = std::min(offset, text.size());
+  const std::string_view before = text.substr(0, offset);
+  size_t line = 1;
+  for (char c : before) line += c == '\n';
+  const size_t line_start = before.rfind('\n');
+  const size_t column = line_start == std::string_view::npos ? offset + 1 : offset - line_start;
+  return fmt::format("line {}, column {}", line, column);
+}
+
+// The SAX handler nlohmann calls; containers under construction live on
+// `open_`, the finished document in `root_`.
+class TreeBuilder {
+ public:
+  using number_integer_t = nlohmann::json::number_integer_t;
+  using number_unsigned_t = nlohmann::json::number_unsigned_t;
+  using number_float_t = nlohmann::json::number_float_t;
+  using string_t = nlohmann::json::string_t;
+  using binary_t = nlohmann::json::binary_t;
+
+  explicit TreeBuilder(std::string_view text) : text_(text) {}
+
+  bool null() { return add(Value()); }
+  bool boolean(bool b) { return add(Value(b)); }
+  bool number_integer(number_integer_t n) { return add(Value(static_cast<double>(n))); }
+  bool number_unsigned(number_unsigned_t n) { return add(Value(static_cast<double>(n))); }
+  bool number_float(number_float_t n, const string_t&) { return add(Value(static_cast<double>(n))); }
+  bool string(string_t& s) { return add(Value(std::move(s))); }
+  bool binary(binary_t&) { return false; }  // not produced by the JSON text format
+
+  bool start_object(std::size_t) { return open(true); }
+  bool key(string_t& name) {
+    open_.back().key = std::move(name);
+    return true;
+  }
+  bool end_object() { return close(); }
+  bool start_array(std::size_t) { return open(false); }
+  bool end_array() { return close(); }
+
+  bool parse_error(std::size_t offset, const std::string&, const nlohmann::detail::exception& e) {
+    // nlohmann's offset counts the bytes read, the offending one included.
+    error_ = fmt::format("{}: {}", location(text_, offset == 0 ? 0 : offset - 1), describe(e.what()));
+    return false;
+  }
+
+  Value take_root() {
+    if (too_deep_) throw Error(fmt::format("JSON nesting deeper than {} levels", kMaxDepth));
+    if (!error_.empty()) throw Error(error_);
+    return std::move(root_);
   }
 
  private:
-  [[noreturn]] void fail(std::string_view what) const {
-    size_t line = 1, col = 1;
-    for (size_t i = 0; i < pos_ && i < text_.size(); ++i) {
-      if (text_[i] == '\n') {
-        ++line;
-        col = 1;
-      } else {
-        ++col;
-      }
-    }
-    throw Error(fmt::format("line {}, column {}: {}", line, col, what));
-  }
-
-  bool at_end() const { return pos_ >= text_.size(); }
-  char peek() const { return at_end() ? '\0' : text_[pos_]; }
-
-  void skip_space() {
-    while (!at_end() && (peek() == ' ' || peek() == '\t' || peek() == '\n' || peek() == '\r')) ++pos_;
-  }
-
-  void expect(char c) {
-    if (peek() != c || at_end()) fail(fmt::format("expected '{}'", c));
-    ++pos_;
-  }
-
-  void expect_word(std::string_view word) {
-    if (text_.substr(pos_, word.size()) != word) fail("invalid literal");
-    pos_ += word.size();
-  }
-
-  // value = object | array | string | number | "true" | "false" | "null"
-  Value parse_value(int depth) {
-    if (depth > kMaxDepth) fail("nesting too deep");
-    if (at_end()) fail("unexpected end of input");
-    switch (peek()) {
-      case '{': return parse_object(depth);
-      case '[': return parse_array(depth);
-      case '"': return Value(parse_string());
-      case 't': expect_word("true"); return Value(true);
-      case 'f': expect_word("false"); return Value(false);
-      case 'n': expect_word("null"); return Value();
-      default: return Value(parse_number());
-    }
-  }
-
-  // object = "{" [ string ":" value { "," string ":" value } ] "}"
-  Value parse_object(int depth) {
-    expect('{');
-    Object members;
-    skip_space();
-    if (peek() == '}' && !at_end()) {
-      ++pos_;
-      return Value(std::move(members));
-    }
-    for (;;) {
-      skip_space();
-      if (peek() != '"' || at_end()) fail("expected a member name");
-      std::string key = parse_string();
-      skip_space();
-      expect(':');
-      skip_space();
-      Value v = parse_value(depth + 1);
-      members.emplace_back(std::move(key), std::move(v));
-      skip_space();
-      if (peek() == ',' && !at_end()) {
-        ++pos_;
-        continue;
-      }
-      expect('}');
-      return Value(std::move(members));
-    }
-  }
-
-  // array = "[" [ value { "," value } ] "]"
-  Value parse_array(int depth) {
-    expect('[');
+  struct Open {
+    bool is_object;
+    std::string key;  // the member whose value comes next
     Array items;
-    skip_space();
-    if (peek() == ']' && !at_end()) {
-      ++pos_;
-      return Value(std::move(items));
-    }
-    for (;;) {
-      skip_space();
-      items.push_back(parse_value(depth + 1));
-      skip_space();
-      if (peek() == ',' && !at_end()) {
-        ++pos_;
-        continue;
-      }
-      expect(']');
-      return Value(std::move(items));
-    }
-  }
+    Object members;
+  };
 
-  // number = [ "-" ] int [ frac ] [ exp ]
-  double parse_number() {
-    const size_t start = pos_;
-    auto digits = [&] {
-      const size_t from = pos_;
-      while (!at_end() && peek() >= '0' && peek() <= '9') ++pos_;
-      return pos_ - from;
-    };
-    if (peek() == '-') ++pos_;
-    if (peek() == '0') {
-      ++pos_;
-    } else if (digits() == 0) {
-      pos_ = start;
-      fail("invalid value");
-    }
-    if (peek() == '.' && !at_end()) {
-      ++pos_;
-      if (digits() == 0) fail("expected digits after '.'");
-    }
-    if ((peek() == 'e' || peek() == 'E') && !at_end()) {
-      ++pos_;
-      if (peek() == '+' || peek() == '-') ++pos_;
-      if (digits() == 0) fail("expected digits in the exponent");
-    }
-    // from_chars: exact and independent of the C locale.
-    const std::string_view number = text_.substr(start, pos_ - start);
-    double v = 0.0;
-    const auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), v);
-    if (ec == std::errc::result_out_of_range) {
-      if (number.find("e-") == std::string_view::npos && number.find("E-") == std::string_view::npos) {
-        fail("number out of range");
-      }
-      return 0.0;  // underflow
-    }
-    if (ec != std::errc() || end != number.data() + number.size()) fail("invalid number");
-    return v;
-  }
-
-  uint32_t parse_hex4() {
-    if (text_.size() - pos_ < 4) fail("truncated \\u escape");
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char c = text_[pos_++];
-      v <<= 4;
-      if (c >= '0' && c <= '9') v |= uint32_t(c - '0');
-      else if (c >= 'a' && c <= 'f') v |= uint32_t(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') v |= uint32_t(c - 'A' + 10);
-      else {
-        --pos_;
-        fail("invalid hex digit in \\u escape");
-      }
-    }
-    return v;
-  }
-
-  static void append_utf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-      out += char(cp);
-    } else if (cp < 0x800) {
-      out += char(0xC0 | (cp >> 6));
-      out += char(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += char(0xE0 | (cp >> 12));
-      out += char(0x80 | ((cp >> 6) & 0x3F));
-      out += char(0x80 | (cp & 0x3F));
+  bool add(Value v) {
+    if (open_.empty()) {
+      root_ = std::move(v);
+    } else if (Open& top = open_.back(); top.is_object) {
+      top.members.emplace_back(std::move(top.key), std::move(v));
     } else {
-      out += char(0xF0 | (cp >> 18));
-      out += char(0x80 | ((cp >> 12) & 0x3F));
-      out += char(0x80 | ((cp >> 6) & 0x3F));
-      out += char(0x80 | (cp & 0x3F));
+      top.items.push_back(std::move(v));
     }
+    return true;
   }
 
-  // string = '"' { char | escape } '"'; raw bytes are passed through as UTF-8.
-  std::string parse_string() {
-    expect('"');
-    std::string out;
-    for (;;) {
-      if (at_end()) fail("unterminated string");
-      const char c = text_[pos_++];
-      if (c == '"') return out;
-      if (static_cast<unsigned char>(c) < 0x20) {
-        --pos_;
-        fail("control character in string");
-      }
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (at_end()) fail("unterminated escape");
-      const char e = text_[pos_++];
-      switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          uint32_t cp = parse_hex4();
-          if (cp >= 0xD800 && cp <= 0xDBFF) {
-            if (text_.substr(pos_, 2) != "\\u") fail("unpaired high surrogate");
-            pos_ += 2;
-            const uint32_t low = parse_hex4();
-            if (low < 0xDC00 || low > 0xDFFF) fail("invalid low surrogate");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-            fail("unpaired low surrogate");
-          }
-          append_utf8(out, cp);
-          break;
-        }
-        default: --pos_; fail("invalid escape");
-      }
+  bool open(bool is_object) {
+    if (open_.size() > static_cast<size_t>(kMaxDepth)) {
+      too_deep_ = true;
+      return false;
     }
+    open_.push_back(Open{is_object, {}, {}, {}});
+    return true;
+  }
+
+  bool close() {
+    Open top = std::move(open_.back());
+    open_.pop_back();
+    return add(top.is_object ? Value(std::move(top.members)) : Value(std::move(top.items)));
   }
 
   std::string_view text_;
-  size_t pos_ = 0;
+  std::vector<Open> open_;
+  Value root_;
+  std::string error_;
+  bool too_deep_ = false;
 };
 
 }  // namespace
@@ -303,6 +193,11 @@ const Value* Value::find(std::string_view key) const {
   return nullptr;
 }
 
-Value parse(std::string_view text) { return Parser(text).parse_document(); }
+Value parse(std::string_view text) {
+  TreeBuilder builder(text);
+  // Strict (the whole input is one document), no comments.
+  nlohmann::json::sax_parse(text.begin(), text.end(), &builder, nlohmann::json::input_format_t::json, true, false);
+  return builder.take_root();
+}
 
 }  // namespace lumen::json

@@ -1,6 +1,6 @@
-// The JSON parser: every value kind, escapes (surrogate pairs included),
-// checked accessors, and clear errors with line/column for malformed input,
-// including nesting deep enough to overflow a naive parser's stack.
+// json::parse (nlohmann-json underneath): every value kind, escapes (surrogate
+// pairs included), checked accessors, and one-line errors with line/column for
+// malformed input, including nesting deep enough to overflow a naive parser's stack.
 #include <gtest/gtest.h>
 
 #include "lumen/gguf/json.h"
@@ -45,33 +45,63 @@ TEST(Json, CheckedAccessors) {
   EXPECT_EQ(parse("1e-400").as_number(), 0.0);  // underflow is zero, not an error
 }
 
+std::string error_of(std::string_view text) {
+  try {
+    (void)parse(text);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+// The wording after the location is nlohmann-json's; the location, the one
+// line and the gist are ours to keep.
 TEST(Json, MalformedInputHasLineAndColumn) {
-  auto error_of = [](std::string_view text) -> std::string {
-    try {
-      (void)parse(text);
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "accepted";
+  const struct {
+    std::string text;
+    std::string location;
+    std::string gist;
+  } cases[] = {
+      {"{\n  \"a\": 1,\n}", "line 3, column 1: ", "expected string literal"},
+      {"[1 2]", "line 1, column 4: ", "expected ']'"},
+      {"\"abc", "line 1, column 5: ", "missing closing quote"},
+      {"\"a\nb\"", "line 1, column 3: ", "control character U+000A (LF) must be escaped"},
+      {"\"\\x\"", "line 1, column 3: ", "forbidden character after backslash"},
+      {"\"\\ud800\"", "line 1, column 8: ", "surrogate U+D800..U+DBFF must be followed by U+DC00..U+DFFF"},
+      {"\"\\udc00\"", "line 1, column 7: ", "surrogate U+DC00..U+DFFF must follow U+D800..U+DBFF"},
+      {"\"\\u12zz\"", "line 1, column 6: ", "'\\u' must be followed by 4 hex digits"},
+      {"01", "line 1, column 2: ", "expected end of input"},
+      {"-", "line 1, column 2: ", "invalid number"},
+      {"1.", "line 1, column 3: ", "expected digit after '.'"},
+      {"1e400", "line 1, column 5: ", "number overflow parsing '1e400'"},
+      {"tru", "line 1, column 4: ", "invalid literal"},
+      {"", "line 1, column 1: ", "unexpected end of input"},
+      {"{\"a\" 1}", "line 1, column 6: ", "expected ':'"},
+      {"NaN", "line 1, column 1: ", "invalid literal"},
+      {"[1,]", "line 1, column 4: ", "unexpected ']'"},
+      {"{\"a\": 1 // comment\n}", "line 1, column 9: ", "invalid literal"},
   };
-  EXPECT_EQ(error_of("{\n  \"a\": 1,\n}"), "line 3, column 1: expected a member name");
-  EXPECT_EQ(error_of("[1 2]"), "line 1, column 4: expected ']'");
-  EXPECT_EQ(error_of("\"abc"), "line 1, column 5: unterminated string");
-  EXPECT_EQ(error_of("\"a\nb\""), "line 1, column 3: control character in string");
-  EXPECT_EQ(error_of("\"\\x\""), "line 1, column 3: invalid escape");
-  EXPECT_EQ(error_of("\"\\ud800\""), "line 1, column 8: unpaired high surrogate");
-  EXPECT_EQ(error_of("\"\\udc00\""), "line 1, column 8: unpaired low surrogate");
-  EXPECT_EQ(error_of("\"\\u12zz\""), "line 1, column 6: invalid hex digit in \\u escape");
-  EXPECT_EQ(error_of("\"\\u12\""), "line 1, column 4: truncated \\u escape");
-  EXPECT_EQ(error_of("01"), "line 1, column 2: unexpected text after the JSON value");
-  EXPECT_EQ(error_of("-"), "line 1, column 1: invalid value");
-  EXPECT_EQ(error_of("1."), "line 1, column 3: expected digits after '.'");
-  EXPECT_EQ(error_of("1e400"), "line 1, column 6: number out of range");
-  EXPECT_EQ(error_of("tru"), "line 1, column 1: invalid literal");
-  EXPECT_EQ(error_of(""), "line 1, column 1: unexpected end of input");
-  EXPECT_EQ(error_of("{\"a\" 1}"), "line 1, column 6: expected ':'");
-  EXPECT_EQ(error_of("NaN"), "line 1, column 1: invalid value");
-  EXPECT_EQ(error_of(std::string(100000, '[')), "line 1, column 514: nesting too deep");
+  for (const auto& c : cases) {
+    const std::string error = error_of(c.text);
+    EXPECT_EQ(error.rfind(c.location, 0), 0u) << c.text << " -> " << error;
+    EXPECT_NE(error.find(c.gist), std::string::npos) << c.text << " -> " << error;
+    EXPECT_EQ(error.find('\n'), std::string::npos) << c.text << " -> " << error;
+  }
+}
+
+TEST(Json, IllFormedUtf8IsRejectedWithAPrintableMessage) {
+  const std::string error = error_of("[\"ok\", \"\xff\"]");
+  EXPECT_EQ(error.rfind("line 1, column 9: ", 0), 0u) << error;
+  EXPECT_NE(error.find("ill-formed UTF-8 byte"), std::string::npos) << error;
+  EXPECT_NE(error.find("\\xFF"), std::string::npos) << error;
+  for (char c : error) EXPECT_LT(static_cast<unsigned char>(c), 0x80) << error;
+}
+
+TEST(Json, NestingBeyondTheLimitIsAnErrorNotACrash) {
+  EXPECT_EQ(error_of(std::string(100000, '[')), "JSON nesting deeper than 512 levels");
+  const std::string deepest = std::string(kMaxDepth + 1, '[') + std::string(kMaxDepth + 1, ']');
+  EXPECT_EQ(parse(deepest).as_array().size(), 1u);
+  EXPECT_EQ(error_of("[" + deepest + "]"), "JSON nesting deeper than 512 levels");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
-// A small, strict JSON (RFC 8259) parser producing an immutable tree. It is
-// used for Hugging Face tokenizer.json files and test data: no dependency,
-// bounded nesting depth, and a json::Error with line and column on bad input.
+// Strict JSON (RFC 8259) parsed into an immutable tree, for Hugging Face
+// tokenizer.json files and test data. The parsing is nlohmann-json's (kept out
+// of this header); this adds bounded nesting depth, file-ordered members, and
+// a one-line json::Error with line and column on bad input.
 #pragma once
 
 #include <cstdint>
@@ -54,9 +55,9 @@ class Value {
 
 std::string_view to_string(Value::Kind kind);
 
-// Parses one JSON document (surrounding whitespace allowed). Throws json::Error
-// "line L, column C: ..." on malformed input, invalid UTF-8 escapes, or
-// nesting deeper than kMaxDepth.
+// Parses one JSON document (surrounding whitespace allowed; no comments).
+// Throws json::Error "line L, column C: ..." on malformed input or ill-formed
+// UTF-8, and "JSON nesting deeper than 512 levels" past kMaxDepth.
 constexpr int kMaxDepth = 512;
 Value parse(std::string_view text);
 
