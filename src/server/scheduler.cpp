@@ -206,7 +206,7 @@ bool Scheduler::step() {
   try {
     session_.step(batch);
   } catch (const runtime::EvalError& e) {
-    throw InternalError(std::string("scheduler step refused: ") + e.what());
+    LUMEN_INTERNAL_ERROR(std::string("scheduler step refused: ") + e.what());
   }
 
   int64_t generated = 0;
