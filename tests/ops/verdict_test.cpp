@@ -16,9 +16,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include "lumen/codegen/codegen.h"
 #include "lumen/common/internal_error.h"
@@ -290,18 +290,24 @@ std::string diagnostics_problem(const std::string& name, const std::string& diag
   std::vector<std::string> lines;
   std::stringstream ss(diagnostics);
   for (std::string line; std::getline(ss, line);) lines.push_back(line);
-  std::string pattern = "^";
-  for (char c : name) {
-    if (c == '.') pattern += '\\';
-    pattern += c;
-  }
-  pattern += ":[0-9]+:[0-9]+: error: .+";
-  const std::regex located(pattern);
+  // NAME:LINE:COL: error: MESSAGE
+  const auto located = [&](const std::string& line) {
+    if (line.compare(0, name.size(), name) != 0) return false;
+    size_t at = name.size();
+    for (int field = 0; field < 2; ++field) {
+      if (at >= line.size() || line[at] != ':') return false;
+      const size_t digits = ++at;
+      while (at < line.size() && line[at] >= '0' && line[at] <= '9') ++at;
+      if (at == digits) return false;
+    }
+    const std::string_view rest = std::string_view(line).substr(at);
+    return rest.size() > 9 && rest.substr(0, 9) == ": error: ";
+  };
   int errors = 0;
   for (size_t i = 0; i < lines.size(); ++i) {
     if (lines[i].find(": error: ") == std::string::npos) continue;
     ++errors;
-    if (!std::regex_match(lines[i], located)) return "not file:line:col: " + lines[i];
+    if (!located(lines[i])) return "not file:line:col: " + lines[i];
     if (i + 2 >= lines.size() || lines[i + 2].find('^') == std::string::npos) return "no caret under: " + lines[i];
   }
   return errors == 0 ? "a rejection without an error diagnostic" : "";
