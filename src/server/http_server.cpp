@@ -168,13 +168,35 @@ void HttpServer::Impl::completion(Endpoint endpoint, const httplib::Request& req
   auto writer = std::make_shared<ResponseWriter>(*request, *tokenizer, model_name, id, created);
 
   if (!request->stream) {
-    std::vector<Event> events;
-    while (!writer->done()) {
-      events.clear();
-      handle->next(events, std::chrono::milliseconds(200));
-      for (const Event& e : events) writer->add(e);
-    }
-    res.set_content(writer->body(), "application/json");
+    // Sent chunked so that a client that vanishes is noticed: while the
+    // answer is generated a space (JSON allows leading whitespace) goes out
+    // every kHeartbeat, and a failed write cancels the sequence at once.
+    static constexpr auto kHeartbeat = std::chrono::milliseconds(50);
+    res.set_chunked_content_provider(
+        "application/json",
+        [request, handle, writer, sched, last = std::chrono::steady_clock::now()](size_t, httplib::DataSink& sink) mutable {
+          std::vector<Event> events;
+          handle->next(events, kHeartbeat);
+          for (const Event& e : events) writer->add(e);
+          if (writer->done()) {
+            const std::string body = writer->body();
+            if (!sink.write(body.data(), body.size())) return false;
+            sink.done();
+            return true;
+          }
+          const auto now = std::chrono::steady_clock::now();
+          if (now - last >= kHeartbeat) {
+            last = now;
+            if (!sink.write(" ", 1)) {
+              sched->cancel(handle);  // the client is gone
+              return false;
+            }
+          }
+          return true;
+        },
+        [handle, writer, sched](bool success) {
+          if (!success || !writer->done()) sched->cancel(handle);
+        });
     return;
   }
   res.set_header("Cache-Control", "no-cache");
