@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <ctime>
 #include <mutex>
+
+#include <sys/socket.h>
 #include <stdexcept>
 
 #include "lumen/server/api.h"
@@ -21,6 +23,7 @@ struct HttpServer::Impl {
   HttpOptions options;
   httplib::Server http;
   int port = -1;
+  int listen_socket = -1;  // the bound socket (for the backlog)
   std::atomic<Scheduler*> scheduler{nullptr};
   const Tokenizer* tokenizer = nullptr;
   const chat::ChatTemplate* chat_template = nullptr;
@@ -61,6 +64,13 @@ void HttpServer::Impl::routes() {
   http.set_read_timeout(options.read_timeout_seconds, 0);
   http.set_write_timeout(options.write_timeout_seconds, 0);
   http.set_keep_alive_timeout(5);
+  // cpp-httplib 0.11 listens with a backlog of 5, so a burst of clients sees
+  // refused connections; keep the listening socket to listen again with a
+  // deep queue after the bind (Linux takes the new backlog).
+  http.set_socket_options([this](int sock) {
+    httplib::default_socket_options(sock);
+    listen_socket = sock;
+  });
 
   // Errors httplib produces itself (unknown route, body too large, bad request
   // line) get the JSON body too.
@@ -227,6 +237,7 @@ void HttpServer::bind() {
     s.port = s.http.bind_to_port(s.options.host.c_str(), s.options.port) ? s.options.port : -1;
   if (s.port < 0)
     throw std::runtime_error("cannot listen on " + s.options.host + ":" + std::to_string(s.options.port));
+  if (s.listen_socket >= 0) ::listen(s.listen_socket, SOMAXCONN);
 }
 
 int HttpServer::port() const { return impl_->port; }
