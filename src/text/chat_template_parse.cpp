@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "chat_template_ast.h"
+#include "lumen/text/tokenizer.h"  // unicode::append_utf8
 
 namespace lumen::chat {
 
@@ -290,24 +291,6 @@ class Lexer {
     return q;
   }
 
-  static void append_utf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-
   // A string literal with Python's escapes (jinja2 decodes them with
   // "unicode-escape"; unknown escapes keep their backslash).
   size_t lex_string(size_t p, Pos at) {
@@ -348,17 +331,17 @@ class Lexer {
         case 'f': out += '\f'; break;
         case 'v': out += '\v'; break;
         case '\n': break;
-        case 'x': append_utf8(out, hex(2)); break;
+        case 'x': unicode::append_utf8(out, hex(2)); break;
         case 'u': {
           uint32_t cp = hex(4);
           if (cp >= 0xD800 && cp < 0xE000) fail_at(at, "surrogate escape in a string literal");
-          append_utf8(out, cp);
+          unicode::append_utf8(out, cp);
           break;
         }
         case 'U': {
           uint32_t cp = hex(8);
           if (cp > 0x10FFFF || (cp >= 0xD800 && cp < 0xE000)) fail_at(at, "invalid \\U escape in a string literal");
-          append_utf8(out, cp);
+          unicode::append_utf8(out, cp);
           break;
         }
         default:
@@ -366,7 +349,7 @@ class Lexer {
             uint32_t v = static_cast<uint32_t>(e - '0');
             for (int i = 0; i < 2 && q < src_.size() && src_[q] >= '0' && src_[q] <= '7'; ++i)
               v = v * 8 + static_cast<uint32_t>(src_[q++] - '0');
-            append_utf8(out, v);
+            unicode::append_utf8(out, v);
           } else {
             out += '\\';
             out += e;
