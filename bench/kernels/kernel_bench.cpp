@@ -396,11 +396,19 @@ int main(int argc, char** argv) {
     }
     if (sweep.empty()) continue;
     fmt::print("-- sweep ({} threads)\n", threads);
-    const Shape& down = shapes[3];
+    // The down shape, or the first one --shape names.
+    const Shape* picked = &shapes[3];
+    for (const Shape& s : shapes) {
+      if (!only.empty() && std::string(s.name).find(only) != std::string::npos) {
+        picked = &s;
+        break;
+      }
+    }
+    const Shape& down = *picked;
     const Weights w = make_weights(isa, down, cold_bytes);
     const std::vector<ActBlock> x = make_acts(512, down.k);
     std::vector<float> y(512 * down.m, 0.0f), bias(down.m, 0.5f);
-    for (int64_t pf : {0, 256, 544, 1088, 2176, 4352}) {
+    for (int64_t pf : {0, 1088, 2176, 4352, 8704, 17408}) {
       if (sweep != "gemv") break;
       const KernelId gemv = KernelId::gemv(down.epilogue);
       KernelShape shape = codegen::kernel_shape(isa, gemv);
@@ -409,14 +417,21 @@ int main(int argc, char** argv) {
       const double t = time_matmul(pool, k.fn(), w, down, x, y, bias, 1, 1, window);
       fmt::print("gemv {} prefetch {:>5}: {:.1f} GB/s\n", down.name, pf, double(w.bytes) / t / 1e9);
     }
-    for (int64_t groups : {1, 2, 4, 6, 8}) {
-      if (sweep != "gemv") break;
-      const KernelId gemv = KernelId::gemv(down.epilogue);
-      KernelShape shape = codegen::kernel_shape(isa, gemv);
-      shape.groups = groups;
-      JitKernel k(codegen::generate_matmul_kernel(isa, gemv, shape));
-      const double t = time_matmul(pool, k.fn(), w, down, x, y, bias, 1, 1, window);
-      fmt::print("gemv {} groups {}: {:.1f} GB/s\n", down.name, groups, double(w.bytes) / t / 1e9);
+    for (int64_t groups : {1, 2, 3, 4, 6, 8}) {
+      for (bool in_memory : {false, true}) {
+        if (sweep != "gemv" || (in_memory && !is_ymm_isa(isa))) break;
+        const KernelId gemv = KernelId::gemv(down.epilogue);
+        KernelShape shape = codegen::kernel_shape(isa, gemv);
+        shape.groups = groups;
+        shape.fp32_acc_in_memory = in_memory;
+        const int64_t packed = groups * (down.epilogue == Epilogue::SiluMul ? 2 : 1);
+        const int64_t fits = in_memory ? codegen::max_int_accumulators(isa) : codegen::max_accumulators(isa);
+        if (packed * (is_ymm_isa(isa) ? 2 : 1) > fits || packed + 1 > 12) continue;
+        JitKernel k(codegen::generate_matmul_kernel(isa, gemv, shape));
+        const double t = time_matmul(pool, k.fn(), w, down, x, y, bias, 1, 1, window);
+        fmt::print("gemv {} groups {}{}: {:.1f} GB/s\n", down.name, groups, in_memory ? " (fp32 acc in memory)" : "",
+                   double(w.bytes) / t / 1e9);
+      }
     }
     for (int64_t chunk : {int64_t(0), int64_t(64) << 10, int64_t(256) << 10, int64_t(1) << 20}) {
       if (sweep != "gemm") break;
@@ -427,6 +442,19 @@ int main(int argc, char** argv) {
       const double t = time_matmul(pool, k.fn(), w, down, x, y, bias, 512, 512, window);
       fmt::print("gemm {} {} n512 in one call, token chunk {} KiB: {:.2f} us/token\n", down.name, gemm_tile,
                  chunk >> 10, t / 512 * 1e6);
+    }
+    for (auto [groups, tokens] : {std::pair<int64_t, int64_t>{1, 2}, {1, 3}, {1, 4}, {1, 5}, {2, 2}}) {
+      if (sweep != "gemm" || !is_ymm_isa(isa)) break;
+      if (isa == Isa::AvxVnni && tokens > 3) continue;
+      const KernelId spec = gemm_id(Epilogue::Residual).value();
+      KernelShape shape = codegen::kernel_shape(isa, spec);
+      shape.groups = groups;
+      shape.tokens = tokens;
+      shape.fp32_acc_in_memory = true;
+      JitKernel k(codegen::generate_matmul_kernel(isa, spec, shape));
+      const double t = time_matmul(pool, k.fn(), w, down, x, y, bias, 512, tokens_per_task, window);
+      fmt::print("gemm {} m{}n{} (fp32 acc in memory) n512: {:.2f} us/token, {:.0f} GOP/s\n", down.name, 16 * groups,
+                 tokens, t / 512 * 1e6, 2.0 * double(down.m) * double(down.k) * 512 / t / 1e9);
     }
     for (auto [tile_m, tile_n] : {std::pair<int64_t, int64_t>{16, 4}, {16, 8}, {32, 4}, {32, 5}, {32, 6}, {48, 4},
                                   {64, 3}}) {

@@ -33,14 +33,23 @@ KernelShape kernel_shape(Isa isa, const program::KernelId& kernel) {
   // weights serve two tokens, not m32n1 (15% slower on the QKV shape).
   const int64_t asked_groups = std::min(kernel.tile_m / kPackRows, kMaxPackedGroups / mult);
   const int64_t asked_tokens = std::min(kernel.tile_n, kMaxTokens);
+  // The ymm ISAs may keep the fp32 accumulators in memory, which frees 16
+  // registers for int accumulators: a larger tile for one load-FMA-store per
+  // accumulator and 32-block (see docs/kernels.md for the measurements).
   shape.groups = 1;
   shape.tokens = 1;
-  for (int64_t g = 1; g <= asked_groups; ++g) {
-    for (int64_t t = 1; t <= asked_tokens; ++t) {
-      if (g * mult * halves * t > max_acc) continue;
-      if (g * t > shape.groups * shape.tokens || (g * t == shape.groups * shape.tokens && t > shape.tokens)) {
-        shape.groups = g;
-        shape.tokens = t;
+  for (bool in_memory : {false, true}) {
+    if (in_memory && !is_ymm_isa(isa)) break;
+    const int64_t fits = in_memory ? max_int_accumulators(isa) : max_acc;
+    const int64_t max_tokens = isa == Isa::AvxVnni ? std::min<int64_t>(asked_tokens, 3) : asked_tokens;
+    for (int64_t g = 1; g <= asked_groups; ++g) {
+      for (int64_t t = 1; t <= max_tokens; ++t) {
+        if (g * mult * halves * t > fits) continue;
+        if (g * t > shape.groups * shape.tokens || (g * t == shape.groups * shape.tokens && t > shape.tokens)) {
+          shape.groups = g;
+          shape.tokens = t;
+          shape.fp32_acc_in_memory = in_memory;
+        }
       }
     }
   }

@@ -46,8 +46,9 @@ static_assert(offsetof(MatMulArgs, k_blocks) == kArgKBlocks);
 static_assert(offsetof(ActBlock, sum) == 4 && offsetof(ActBlock, qs) == 8);
 
 // Stack frame of the kernel (bytes from rsp).
+// With fp32_acc_in_memory, the fp32 accumulators follow at kFloatAccs (32 B each).
 constexpr int kMg = 0, kNt = 8, kGroupsTotal = 16, kGroupStride = 24, kTileStride = 32, kKEnd = 40,
-              kXStrideBytes = 48, kChunk = 56, kChunkStart = 64, kChunkEnd = 72, kFrame = 80;
+              kXStrideBytes = 48, kChunk = 56, kChunkStart = 64, kChunkEnd = 72, kFloatAccs = 80;
 
 // Constants for SiLU, each replicated over 16 lanes (64 bytes).
 enum Const { kSignMask, kExpHi, kExpLo, kLog2e, kLn2Hi, kLn2Lo, kP0, kP1, kP2, kP3, kP4, kP5, kOne, kNumConsts };
@@ -60,12 +61,15 @@ class MatMulGenerator : public CodeGenerator {
     vnni_ = is_vnni_isa(isa);
     halves_ = avx512_ ? 1 : 2;
     mult_ = kernel.epilogue == Epilogue::SiluMul ? 2 : 1;
-    const int64_t max_acc = max_accumulators(isa);
+    facc_mem_ = shape.fp32_acc_in_memory;
+    LUMEN_ASSERT(!facc_mem_ || !avx512_, "fp32 accumulators in memory are for the ymm ISAs");
+    const int64_t max_acc = facc_mem_ ? max_int_accumulators(isa) : max_accumulators(isa);
     // kernel_shape() clamps every tile to the register file; the benchmark's
     // explicit shapes must respect it too.
     LUMEN_ASSERT(shape.groups >= 1 && shape.tokens >= 1 && shape.groups * mult_ + shape.tokens <= kPointerRegs &&
                      shape.groups * mult_ * halves_ * shape.tokens <= max_acc,
                  "matmul kernel shape does not fit the register file");
+    LUMEN_ASSERT(isa != Isa::AvxVnni || shape.tokens <= 3, "AVX-VNNI tiles broadcast at most 3 tokens");
     generate();
   }
 
@@ -74,14 +78,20 @@ class MatMulGenerator : public CodeGenerator {
   Xmm vec(int i) const { return avx512_ ? Xmm(Zmm(i)) : Xmm(Ymm(i)); }
   // Accumulator of (packed group g, vector half h, token t) in a body of tc tokens.
   int acc_index(int tc, int g, int h, int t) const { return (g * halves_ + h) * tc + t; }
-  // Temporaries live above the 2 * nacc accumulators of the widest body.
+  // Temporaries live above the accumulators of the widest body: int and
+  // fp32 ones, or only the int ones when the fp32 ones are in memory.
   int max_acc() const { return int(shape_.groups * mult_ * halves_ * shape_.tokens); }
-  Xmm tmp_w() const { return vec(2 * max_acc() + 0); }
-  Xmm tmp_s() const { return vec(2 * max_acc() + 1); }
-  Xmm tmp_t() const { return vec(2 * max_acc() + 2); }
-  Xmm tmp_x() const { return vec(2 * max_acc() + 3); }
-  Xmm ones() const { return vec(2 * max_acc() + 4); }
-  Xmm zero() const { return vec(2 * max_acc() + 5); }
+  int acc_regs() const { return (facc_mem_ ? 1 : 2) * max_acc(); }
+  Xmm tmp_w() const { return vec(acc_regs() + 0); }
+  Xmm tmp_s() const { return vec(acc_regs() + 1); }
+  Xmm tmp_t() const { return vec(acc_regs() + 2); }
+  Xmm tmp_x() const { return vec(acc_regs() + 3); }
+  Xmm ones() const { return vec(acc_regs() + 4); }
+  Xmm zero() const { return vec(acc_regs() + 5); }
+  // The fp32 accumulator of pair a (in memory: its stack slot).
+  Xmm facc(int nacc, int a) const { return vec(nacc + a); }
+  Address facc_slot(int a) { return ptr[rsp + kFloatAccs + 32 * a]; }
+  int frame_bytes() const { return kFloatAccs + (facc_mem_ ? 32 * max_acc() : 0); }
   // VNNI tiles of several groups broadcast each activation dword once into a
   // register and reuse it for every group, when the registers allow.
   // AVX-VNNI always does (VEX has no {1to8}): its x registers overlay tmp_s,
@@ -89,9 +99,9 @@ class MatMulGenerator : public CodeGenerator {
   // 2 * tc <= max_accumulators).
   bool x_in_regs(int pc, int tc) const {
     if (isa_ == Isa::AvxVnni) return true;
-    return isa_ == Isa::Avx512Vnni && pc > 1 && 2 * max_acc() + 4 + tc <= 32;
+    return isa_ == Isa::Avx512Vnni && pc > 1 && acc_regs() + 4 + tc <= 32;
   }
-  Xmm x_reg(int t) const { return vec(2 * max_acc() + (isa_ == Isa::AvxVnni ? 1 : 4) + t); }
+  Xmm x_reg(int t) const { return vec(acc_regs() + (isa_ == Isa::AvxVnni ? 1 : 4) + t); }
 
   // Pointer registers: the packed groups of a body take the first ones, its
   // tokens the next ones (a GEMV has 1 token, so it can stream 8 groups).
@@ -109,7 +119,7 @@ class MatMulGenerator : public CodeGenerator {
   void generate() {
     const Reg64 callee_saved[] = {rbx, rbp, r12, r13, r14, r15};
     for (const Reg64& r : callee_saved) push(r);
-    sub(rsp, kFrame);
+    sub(rsp, frame_bytes());
     Label done, m_loop, n_loop, n_next;
 
     mov(rax, qword[args_ + kArgMRows]);
@@ -217,7 +227,7 @@ class MatMulGenerator : public CodeGenerator {
 
     L(done);
     vzeroupper();
-    add(rsp, kFrame);
+    add(rsp, frame_bytes());
     for (int i = 5; i >= 0; --i) pop(callee_saved[i]);
     ret();
 
@@ -258,7 +268,12 @@ class MatMulGenerator : public CodeGenerator {
       add(token_ptr_[t], qword[rsp + kXStrideBytes]);
     }
     const int nacc = pc * int(halves_) * tc;
-    for (int a = 0; a < nacc; ++a) vpxor_all(vec(nacc + a));
+    if (facc_mem_) {
+      vpxor(tmp_w(), tmp_w(), tmp_w());
+      for (int a = 0; a < nacc; ++a) vmovups(facc_slot(a), tmp_w());
+    } else {
+      for (int a = 0; a < nacc; ++a) vpxor_all(vec(nacc + a));
+    }
     if (!vnni_) {
       // Ones as int16 lanes, for vpmaddwd.
       vpcmpeqw_all(ones());
@@ -386,7 +401,12 @@ class MatMulGenerator : public CodeGenerator {
           }
           const int a = acc_index(tc, i, h, t);
           vcvtdq2ps(vec(a), vec(a));
-          vfmadd231ps(vec(nacc + a), vec(a), scale);
+          if (facc_mem_) {
+            vfmadd213ps(vec(a), scale, facc_slot(a));
+            vmovups(facc_slot(a), vec(a));
+          } else {
+            vfmadd231ps(vec(nacc + a), vec(a), scale);
+          }
         }
       }
     }
@@ -478,9 +498,20 @@ class MatMulGenerator : public CodeGenerator {
             shl(r_ptr, 2);
             add(r_ptr, qword[args_ + kArgResidual]);
           }
-          Xmm v = vec(nacc + acc_index(tc, g * int(mult_), h, t));
+          const int a_out = acc_index(tc, g * int(mult_), h, t);
+          Xmm v = vec(nacc + a_out);
+          // In memory: load into the (now free) int accumulator registers.
+          if (facc_mem_) {
+            v = vec(a_out);
+            vmovups(v, facc_slot(a_out));
+          }
           if (epi == Epilogue::SiluMul) {
-            const Xmm up = vec(nacc + acc_index(tc, g * 2 + 1, h, t));
+            const int a_up = acc_index(tc, g * 2 + 1, h, t);
+            Xmm up = vec(nacc + a_up);
+            if (facc_mem_) {
+              up = vec(a_up);
+              vmovups(up, facc_slot(a_up));
+            }
             const Xmm e = tmp_x();
             exp_neg(v, e, tmp_s(), tmp_t());
             vaddps(e, e, cst(kOne));
@@ -516,6 +547,7 @@ class MatMulGenerator : public CodeGenerator {
   bool vnni_ = true;
   int halves_ = 1;
   int64_t mult_ = 1;
+  bool facc_mem_ = false;
   Label consts_, row_masks_;
 };
 

@@ -41,8 +41,10 @@ std::vector<Isa> runnable_isas() {
 
 // `shape` overrides the register tile the kernel id implies (groups 0: none).
 const JitKernel& kernel(Isa isa, const KernelId& id, const KernelShape& shape) {
-  static std::map<std::tuple<Isa, KernelId, int64_t, int64_t, int64_t, int64_t>, std::unique_ptr<JitKernel>> cache;
-  auto& slot = cache[{isa, id, shape.groups, shape.tokens, shape.prefetch_bytes, shape.chunk_act_bytes}];
+  static std::map<std::tuple<Isa, KernelId, int64_t, int64_t, int64_t, int64_t, bool>, std::unique_ptr<JitKernel>>
+      cache;
+  auto& slot = cache[{isa, id, shape.groups, shape.tokens, shape.prefetch_bytes, shape.chunk_act_bytes,
+                      shape.fp32_acc_in_memory}];
   if (!slot) {
     slot = shape.groups == 0 ? std::make_unique<JitKernel>(isa, id)
                              : std::make_unique<JitKernel>(generate_matmul_kernel(isa, id, shape));
@@ -58,7 +60,7 @@ struct Problem {
   int64_t rows_per_task = 16;
   bool in_place_residual = false;  // residual == y
   bool exact_integers = false;     // all scales 1, small quants: results are exact integers
-  KernelShape shape{0, 0, 0, 0};   // groups 0: the kernel's own shape
+  KernelShape shape{0, 0, 0, 0, false};  // groups 0: the kernel's own shape
 };
 
 struct Data {
@@ -356,10 +358,10 @@ TEST(MatMulKernels, NonDefaultShapes) {
     KernelId kernel;
     KernelShape shape;
   } cases[] = {
-      {KernelId::gemv(Epilogue::Bias), {8, 1, 1088, 256 << 10}},
-      {KernelId::gemv(Epilogue::SiluMul), {3, 1, 544, 256 << 10}},
-      {KernelId::gemm(Epilogue::Residual, 16, 8), {1, 8, 0, 0}},
-      {KernelId::gemm(Epilogue::None, 32, 4), {2, 4, 2176, 1}},
+      {KernelId::gemv(Epilogue::Bias), {8, 1, 1088, 256 << 10, false}},
+      {KernelId::gemv(Epilogue::SiluMul), {3, 1, 544, 256 << 10, false}},
+      {KernelId::gemm(Epilogue::Residual, 16, 8), {1, 8, 0, 0, false}},
+      {KernelId::gemm(Epilogue::None, 32, 4), {2, 4, 2176, 1, false}},
   };
   for (Isa isa : runnable_isas()) {
     for (const auto& c : cases) {
@@ -376,6 +378,38 @@ TEST(MatMulKernels, NonDefaultShapes) {
       p.threads = 2;
       p.rows_per_task = 128;
       check(isa, p, 3);
+    }
+  }
+}
+
+TEST(MatMulKernels, YmmTilesWithFp32AccumulatorsInRegistersOrMemory) {
+  // Every tile of the 16-register ISAs, with the fp32 accumulators in
+  // registers or in stack slots: odd block count, rows and tokens.
+  for (Isa isa : runnable_isas()) {
+    if (!is_ymm_isa(isa)) continue;
+    for (Epilogue e : {Epilogue::None, Epilogue::SiluMul, Epilogue::BiasResidual}) {
+      const int64_t mult = e == Epilogue::SiluMul ? 2 : 1;
+      for (bool in_memory : {false, true}) {
+        const int64_t fits = in_memory ? max_int_accumulators(isa) : max_accumulators(isa);
+        for (int64_t groups = 1; groups * mult <= 8; ++groups) {
+          for (int64_t tokens = 1; tokens <= 8; ++tokens) {
+            if (groups * mult * 2 * tokens > fits || groups * mult + tokens > 12) continue;
+            if (isa == Isa::AvxVnni && tokens > 3) continue;
+            Problem p;
+            p.epilogue = e;
+            p.kernel = tokens == 1 ? KernelId::gemv(e) : KernelId::gemm(e, 16 * groups, tokens);
+            p.shape = KernelShape{groups, tokens, tokens == 1 ? 1088 : 0, 256 << 10, in_memory};
+            p.m = 75;
+            p.k = 352;
+            p.n = 2 * tokens + 1;
+            p.threads = 2;
+            p.rows_per_task = 48;
+            SCOPED_TRACE(std::string(to_string(isa)) + " " + to_string(p.kernel) + (in_memory ? " fp32 in memory" : "") +
+                         " groups " + std::to_string(groups) + " tokens " + std::to_string(tokens));
+            check(isa, p, uint32_t(groups * 10 + tokens));
+          }
+        }
+      }
     }
   }
 }
@@ -452,7 +486,7 @@ TEST(MatMulKernels, SiluIsAccurateToAFewUlp) {
     a.k_blocks = 1;
     a.m_rows = rows;
     a.n_tokens = 1;
-    kernel(isa, program::KernelId::gemv(program::Epilogue::SiluMul), KernelShape{0, 0, 0, 0}).fn()(&a);
+    kernel(isa, program::KernelId::gemv(program::Epilogue::SiluMul), KernelShape{0, 0, 0, 0, false}).fn()(&a);
     double worst_ulps = 0;
     float worst_gate = 0;
     for (int64_t r = 0; r < rows; ++r) {

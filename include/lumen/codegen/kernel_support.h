@@ -18,6 +18,9 @@ struct KernelShape {
   int64_t tokens = 1;          // tokens per register tile
   int64_t prefetch_bytes = 0;  // software prefetch distance on the weight stream, 0 = none
   int64_t chunk_act_bytes = 256 * 1024;  // token chunk: activations of at most this many bytes, 0 = one chunk
+  // ymm ISAs: keep the fp32 accumulators in stack slots (one load-FMA-store per
+  // 32-block) so that the int accumulators can use the registers they held.
+  bool fp32_acc_in_memory = false;
 };
 KernelShape kernel_shape(Isa isa, const program::KernelId& kernel);
 // Accumulator pairs (int + fp32 vector) a register tile may hold beside the
@@ -32,6 +35,9 @@ inline int64_t max_accumulators(Isa isa) {
   }
   return 5;
 }
+// Int accumulators beside the temporaries when the fp32 ones live in memory
+// (ymm ISAs only): 16 - 5 temporaries (AVX2), 16 - 4 (AVX-VNNI).
+inline int64_t max_int_accumulators(Isa isa) { return isa == Isa::AvxVnni ? 12 : 11; }
 // generate_matmul_kernel with an explicit shape (the benchmark sweeps it).
 std::vector<uint8_t> generate_matmul_kernel(Isa isa, const program::KernelId& kernel, const KernelShape& shape);
 
