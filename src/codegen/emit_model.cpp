@@ -60,13 +60,19 @@ std::vector<program::KernelId> kernels_of(const program::Program& p) {
     for (const auto& op : *ops)
       if (op.kind == program::OpKind::MatMul) {
         add(op.schedule.decode_kernel);
+        add(op.schedule.batch_kernel);
         add(op.schedule.prefill_kernel);
       }
   return kernels;
 }
 
 uint32_t kernel_table_kind(program::KernelKind k) {
-  return k == program::KernelKind::Gemv ? LUMEN_KERNEL_GEMV : LUMEN_KERNEL_GEMM;
+  switch (k) {
+    case program::KernelKind::Gemv: return LUMEN_KERNEL_GEMV;
+    case program::KernelKind::Gemm: return LUMEN_KERNEL_GEMM;
+    case program::KernelKind::Batch: return LUMEN_KERNEL_BATCH;
+  }
+  return LUMEN_KERNEL_GEMM;
 }
 
 // Runs argv, returns its exit status; stderr goes to `log_path`.

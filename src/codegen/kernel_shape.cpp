@@ -28,6 +28,19 @@ KernelShape kernel_shape(Isa isa, const program::KernelId& kernel) {
     shape.prefetch_bytes = 4 * kPackedBlockBytes;
     return shape;
   }
+  if (kernel.kind == program::KernelKind::Batch) {
+    // The GEMV's streams and prefetch with every token of the batch (up to
+    // 8) on each weight block: the fp32 accumulators go to memory so that the
+    // int ones fill the registers. Two packed groups (gate and up for
+    // SiluMul; one on AVX2, whose 11 int registers would leave 2 tokens).
+    shape.fp32_acc_in_memory = true;
+    shape.prefetch_bytes = 4 * kPackedBlockBytes;
+    shape.groups = isa == Isa::Avx2 ? 1 : std::max<int64_t>(1, 2 / mult);
+    const int64_t max_tokens = isa == Isa::AvxVnni ? 3 : program::KernelId::kBatchMaxTokens;
+    shape.tokens = std::max<int64_t>(
+        1, std::min(max_tokens, max_int_accumulators(isa) / (shape.groups * mult * halves)));
+    return shape;
+  }
   // Within the asked tile, the largest groups x tokens that fits (the most
   // register reuse), more tokens on a tie: AVX2 turns m48n4 into m16n2, whose
   // weights serve two tokens, not m32n1 (15% slower on the QKV shape).

@@ -62,7 +62,6 @@ class MatMulGenerator : public CodeGenerator {
     halves_ = avx512_ ? 1 : 2;
     mult_ = kernel.epilogue == Epilogue::SiluMul ? 2 : 1;
     facc_mem_ = shape.fp32_acc_in_memory;
-    LUMEN_ASSERT(!facc_mem_ || !avx512_, "fp32 accumulators in memory are for the ymm ISAs");
     const int64_t max_acc = facc_mem_ ? max_int_accumulators(isa) : max_accumulators(isa);
     // kernel_shape() clamps every tile to the register file; the benchmark's
     // explicit shapes must respect it too.
@@ -90,8 +89,9 @@ class MatMulGenerator : public CodeGenerator {
   Xmm zero() const { return vec(acc_regs() + 5); }
   // The fp32 accumulator of pair a (in memory: its stack slot).
   Xmm facc(int nacc, int a) const { return vec(nacc + a); }
-  Address facc_slot(int a) { return ptr[rsp + kFloatAccs + 32 * a]; }
-  int frame_bytes() const { return kFloatAccs + (facc_mem_ ? 32 * max_acc() : 0); }
+  int vec_bytes() const { return avx512_ ? 64 : 32; }
+  Address facc_slot(int a) { return ptr[rsp + kFloatAccs + vec_bytes() * a]; }
+  int frame_bytes() const { return kFloatAccs + (facc_mem_ ? vec_bytes() * max_acc() : 0); }
   // VNNI tiles of several groups broadcast each activation dword once into a
   // register and reuse it for every group, when the registers allow.
   // AVX-VNNI always does (VEX has no {1to8}): its x registers overlay tmp_s,
@@ -269,7 +269,7 @@ class MatMulGenerator : public CodeGenerator {
     }
     const int nacc = pc * int(halves_) * tc;
     if (facc_mem_) {
-      vpxor(tmp_w(), tmp_w(), tmp_w());
+      vpxor_all(tmp_w());
       for (int a = 0; a < nacc; ++a) vmovups(facc_slot(a), tmp_w());
     } else {
       for (int a = 0; a < nacc; ++a) vpxor_all(vec(nacc + a));

@@ -259,6 +259,7 @@ class Lowering {
         p.epilogue = to_program(op.epilogue);
         if (op.residual != ir::kNoValue) p.residual = view(op.residual);
         p.schedule.decode_kernel = kernel_attr(op, "decode_kernel");
+        p.schedule.batch_kernel = kernel_attr(op, "batch_kernel");
         p.schedule.prefill_kernel = kernel_attr(op, "prefill_kernel");
         p.schedule.rows_per_task = int_attr(op, "rows_per_task");
         p.schedule.tokens_per_task = int_attr(op, "tokens_per_task");

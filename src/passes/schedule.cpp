@@ -41,6 +41,7 @@ void schedule(ir::Module& m) {
                  "schedule: " + detail::describe(op) + ": the input must be act_q8 (run insert_quantize first)");
     program::Epilogue e = to_program(op.epilogue);
     op.set_attr("decode_kernel", ir::Attr::string(to_string(program::KernelId::gemv(e))));
+    op.set_attr("batch_kernel", ir::Attr::string(to_string(program::KernelId::batch(e))));
     op.set_attr("prefill_kernel", ir::Attr::string(to_string(program::KernelId::gemm(e, kTileM, kTileN))));
     op.set_attr("rows_per_task", ir::Attr::integer(kRowsPerTask));
     op.set_attr("tokens_per_task", ir::Attr::integer(kTokensPerTask));

@@ -23,7 +23,14 @@ std::optional<KernelId> refuse(std::string* why, const char* reason) {
 
 }  // namespace
 
-const char* to_string(KernelKind k) { return k == KernelKind::Gemv ? "gemv" : "gemm"; }
+const char* to_string(KernelKind k) {
+  switch (k) {
+    case KernelKind::Gemv: return "gemv";
+    case KernelKind::Gemm: return "gemm";
+    case KernelKind::Batch: return "batch";
+  }
+  return "?";
+}
 
 std::string to_string(const KernelId& k) {
   std::string text = std::string(to_string(k.kind)) + "." + to_string(k.epilogue);
@@ -41,6 +48,11 @@ bool is_valid(const KernelId& k, std::string* why) {
       return refuse_with("a gemv kernel has no tile of its own");
     return true;
   }
+  if (k.kind == KernelKind::Batch) {
+    if (k.tile_m != KernelId::kBatchTileM || k.tile_n != KernelId::kBatchMaxTokens)
+      return refuse_with("a batch kernel has no tile of its own");
+    return true;
+  }
   // A Gemm's row tile is whole packed row groups.
   if (k.tile_m < kPackRows || k.tile_m % kPackRows != 0 || k.tile_m > 1024)
     return refuse_with("tile_m must be a multiple of 16 in [16, 1024]");
@@ -55,10 +67,12 @@ std::optional<KernelId> parse_kernel_id(std::string_view text, std::string* why)
     k.kind = KernelKind::Gemv;
   } else if (rest.starts_with("gemm.")) {
     k.kind = KernelKind::Gemm;
+  } else if (rest.starts_with("batch.")) {
+    k = KernelId::batch(Epilogue::None);
   } else {
-    return refuse(why, "expected gemv.<epilogue> or gemm.<epilogue>.m<M>n<N>");
+    return refuse(why, "expected gemv.<epilogue>, batch.<epilogue> or gemm.<epilogue>.m<M>n<N>");
   }
-  rest.remove_prefix(5);
+  rest.remove_prefix(std::string_view(to_string(k.kind)).size() + 1);
   std::string_view epilogue = rest, tile;
   if (k.kind == KernelKind::Gemm) {
     const size_t dot = rest.rfind('.');

@@ -178,6 +178,7 @@ class TextWriter {
     if (op.kind == OpKind::MatMul) {
       const MatMulSchedule& s = op.schedule;
       line += " decode_kernel=" + quote(to_string(s.decode_kernel)) +
+              " batch_kernel=" + quote(to_string(s.batch_kernel)) +
               " prefill_kernel=" + quote(to_string(s.prefill_kernel)) +
               " rows_per_task=" + std::to_string(s.rows_per_task) +
               " tokens_per_task=" + std::to_string(s.tokens_per_task);
@@ -696,6 +697,9 @@ Program deserialize(std::string_view text) {
         op.epilogue = parse_enum<Epilogue>(*e, kEpilogues, program::to_string, r.line, "epilogue");
       MatMulSchedule& s = op.schedule;
       s.decode_kernel = rd.kernel_field("decode_kernel", s.decode_kernel);
+      // Programs written before batch kernels existed name none: the runtime
+      // then finds no such kernel in the table and runs the prefill one.
+      s.batch_kernel = rd.kernel_field("batch_kernel", KernelId::batch(op.epilogue));
       s.prefill_kernel = rd.kernel_field("prefill_kernel", s.prefill_kernel);
       s.rows_per_task = rd.integer("rows_per_task", s.rows_per_task);
       s.tokens_per_task = rd.integer("tokens_per_task", s.tokens_per_task);

@@ -72,7 +72,9 @@ CompiledModel load_model_so(const std::string& path) {
     std::string why;
     const std::optional<program::KernelId> id = program::parse_kernel_id(k.name, &why);
     if (!id) throw LoadError("'" + path + "': kernel entry " + std::to_string(i) + " '" + k.name + "': " + why);
-    const uint32_t kind = id->kind == program::KernelKind::Gemv ? LUMEN_KERNEL_GEMV : LUMEN_KERNEL_GEMM;
+    const uint32_t kind = id->kind == program::KernelKind::Gemv    ? LUMEN_KERNEL_GEMV
+                          : id->kind == program::KernelKind::Batch ? LUMEN_KERNEL_BATCH
+                                                                   : LUMEN_KERNEL_GEMM;
     if (k.kind != kind || k.epilogue != static_cast<uint32_t>(id->epilogue))
       throw LoadError("'" + path + "': kernel entry '" + k.name + "' declares another kind or epilogue");
     model.kernels[*id] = reinterpret_cast<MatMulFn>(const_cast<void*>(k.code));

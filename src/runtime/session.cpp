@@ -168,7 +168,7 @@ struct Session::Impl {
   }
 
   const Plan& plan_for(int64_t n);
-  void choose_kernel(ROp& r, Section s, size_t i, bool single_row) const;
+  void choose_kernel(ROp& r, Section s, size_t i, int64_t rows) const;
   void build_post_template();
   const std::vector<ROp>& post_plan_for(int64_t k);
   void forward(const Plan& plan, std::span<const int32_t> tokens, std::span<const int64_t> kept, float* out);
@@ -295,7 +295,7 @@ const Plan& Session::Impl::plan_for(int64_t n) {
       if (op.kind == OpKind::Softcap) r.scalar = hparam_value(op.scalar_hparam, "cap");
       r.profile_key = program::to_string(op.kind);
       // The rows this matmul sees decide the kernel: after TakeLast it is one.
-      if (op.kind == OpKind::MatMul) choose_kernel(r, s, i, r.in.size() == 1 && r.in[0].rows == 1);
+      if (op.kind == OpKind::MatMul) choose_kernel(r, s, i, r.in.size() == 1 ? r.in[0].rows : 0);
       check_op(r, s, i, n);
       plan.sections[s].push_back(std::move(r));
     }
@@ -306,9 +306,18 @@ const Plan& Session::Impl::plan_for(int64_t n) {
   return plans.emplace(n, std::move(plan)).first->second;
 }
 
-void Session::Impl::choose_kernel(ROp& r, Section s, size_t i, bool single_row) const {
+// The rows decide the kernel: one row the GEMV, a few rows (the decode steps
+// of several sequences) the batch kernel when the model has one for this
+// epilogue, more the prefill GEMM.
+void Session::Impl::choose_kernel(ROp& r, Section s, size_t i, int64_t rows) const {
   const Op& op = *r.op;
-  const program::KernelId& id = single_row ? op.schedule.decode_kernel : op.schedule.prefill_kernel;
+  const program::KernelId& batch = op.schedule.batch_kernel;
+  const bool use_batch = rows >= 2 && rows <= program::KernelId::kBatchMaxTokens &&
+                         batch.kind == program::KernelKind::Batch && batch.epilogue == op.epilogue &&
+                         model->kernels.count(batch) > 0;
+  const program::KernelId& id = rows == 1 ? op.schedule.decode_kernel
+                                : use_batch ? batch
+                                            : op.schedule.prefill_kernel;
   auto k = model->kernels.find(id);
   if (k == model->kernels.end())
     throw LoadError("the model has no matmul kernel '" + program::to_string(id) + "' (" + to_string(s) + " op " +
@@ -322,7 +331,7 @@ void Session::Impl::choose_kernel(ROp& r, Section s, size_t i, bool single_row) 
   // or gate and up sharing them), so the unit is a multiple of every
   // row tile up to tile_m: 96 rows for m48 (48, 32 and 16 divide it).
   int64_t unit = group;
-  if (id.kind == program::KernelKind::Gemm)
+  if (id.kind != program::KernelKind::Gemv)
     for (int64_t tile_rows = 2 * group; tile_rows <= id.tile_m; tile_rows += group) unit = std::lcm(unit, tile_rows);
   r.rows_per_task = std::max<int64_t>(unit, (op.schedule.rows_per_task + unit - 1) / unit * unit);
   r.tokens_per_task = std::max<int64_t>(1, op.schedule.tokens_per_task);
@@ -391,7 +400,7 @@ void Session::Impl::build_post_template() {
   post_template = std::move(t);
 }
 
-// The template with its side views cut to k rows and the matmuls on their prefill kernels.
+// The template with its side views cut to k rows and the matmuls on their kernels for k rows.
 const std::vector<ROp>& Session::Impl::post_plan_for(int64_t k) {
   auto found = post_plans.find(k);
   if (found != post_plans.end()) return found->second;
@@ -402,7 +411,7 @@ const std::vector<ROp>& Session::Impl::post_plan_for(int64_t k) {
       if (i != 0 || j != 0) r.in[j].rows = k;
     if (r.out.buffer >= 0) r.out.rows = k;
     if (r.residual.buffer >= 0) r.residual.rows = k;
-    if (r.op->kind == OpKind::MatMul) choose_kernel(r, Section::Post, i, k == 1);
+    if (r.op->kind == OpKind::MatMul) choose_kernel(r, Section::Post, i, k);
   }
   return post_plans.emplace(k, std::move(ops)).first->second;
 }

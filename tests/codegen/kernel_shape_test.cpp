@@ -40,6 +40,18 @@ TEST(KernelShape, TilesClampToTheRegisterFile) {
   EXPECT_TRUE(vnni_ymm.fp32_acc_in_memory);
   EXPECT_EQ(kernel_shape(Isa::AvxVnni, KernelId::gemv(Epilogue::None)).groups, 3);
   EXPECT_EQ(kernel_shape(Isa::AvxVnni, KernelId::gemv(Epilogue::SiluMul)).groups, 1);
+  // Batch kernels: every token of the batch on each weight block, the GEMV's
+  // prefetch, the fp32 accumulators in memory.
+  const KernelShape batch = kernel_shape(Isa::Avx512Vnni, KernelId::batch(Epilogue::Bias));
+  EXPECT_EQ(batch.groups, 2);
+  EXPECT_EQ(batch.tokens, 8);
+  EXPECT_TRUE(batch.fp32_acc_in_memory);
+  EXPECT_GT(batch.prefetch_bytes, 0);
+  EXPECT_EQ(kernel_shape(Isa::Avx512Vnni, KernelId::batch(Epilogue::SiluMul)).groups, 1);
+  EXPECT_EQ(kernel_shape(Isa::Avx2, KernelId::batch(Epilogue::None)).tokens, 5);
+  EXPECT_EQ(kernel_shape(Isa::Avx2, KernelId::batch(Epilogue::SiluMul)).tokens, 2);
+  EXPECT_EQ(kernel_shape(Isa::AvxVnni, KernelId::batch(Epilogue::None)).groups, 2);
+  EXPECT_EQ(kernel_shape(Isa::AvxVnni, KernelId::batch(Epilogue::None)).tokens, 3);
   const KernelShape asked = kernel_shape(Isa::Avx512Vnni, KernelId::gemm(Epilogue::None, 32, 4));
   EXPECT_EQ(asked.groups, 2);
   EXPECT_EQ(asked.tokens, 4);
@@ -75,8 +87,10 @@ TEST(KernelShape, ShapesBeyondTheRegisterFileAreInternalErrors) {
   EXPECT_THROW((void)generate_matmul_kernel(Isa::Avx2, KernelId::gemm(Epilogue::None, 48, 2), twelve_ints),
                InternalError);
   KernelShape zmm_in_memory;
+  zmm_in_memory.groups = 4;
+  zmm_in_memory.tokens = 7;  // 28 int accumulators > 26 beside the AVX-512 temporaries
   zmm_in_memory.fp32_acc_in_memory = true;
-  EXPECT_THROW((void)generate_matmul_kernel(Isa::Avx512, KernelId::gemv(Epilogue::None), zmm_in_memory),
+  EXPECT_THROW((void)generate_matmul_kernel(Isa::Avx512, KernelId::gemm(Epilogue::None, 64, 7), zmm_in_memory),
                InternalError);
 }
 

@@ -382,18 +382,20 @@ TEST(MatMulKernels, NonDefaultShapes) {
   }
 }
 
-TEST(MatMulKernels, YmmTilesWithFp32AccumulatorsInRegistersOrMemory) {
-  // Every tile of the 16-register ISAs, with the fp32 accumulators in
-  // registers or in stack slots: odd block count, rows and tokens.
+TEST(MatMulKernels, TilesWithFp32AccumulatorsInRegistersOrMemory) {
+  // Every tile of the 16-register ISAs, and the zmm tiles up to 8 tokens, with
+  // the fp32 accumulators in registers or in stack slots: odd block count,
+  // rows and tokens.
   for (Isa isa : runnable_isas()) {
-    if (!is_ymm_isa(isa)) continue;
     for (Epilogue e : {Epilogue::None, Epilogue::SiluMul, Epilogue::BiasResidual}) {
       const int64_t mult = e == Epilogue::SiluMul ? 2 : 1;
       for (bool in_memory : {false, true}) {
         const int64_t fits = in_memory ? max_int_accumulators(isa) : max_accumulators(isa);
         for (int64_t groups = 1; groups * mult <= 8; ++groups) {
           for (int64_t tokens = 1; tokens <= 8; ++tokens) {
-            if (groups * mult * 2 * tokens > fits || groups * mult + tokens > 12) continue;
+            const int64_t halves = is_ymm_isa(isa) ? 2 : 1;
+            if (groups * mult * halves * tokens > fits || groups * mult + tokens > 12) continue;
+            if (!is_ymm_isa(isa) && groups * mult > 4) continue;  // zmm: the tiles a kernel id can ask for
             if (isa == Isa::AvxVnni && tokens > 3) continue;
             Problem p;
             p.epilogue = e;
@@ -409,6 +411,27 @@ TEST(MatMulKernels, YmmTilesWithFp32AccumulatorsInRegistersOrMemory) {
             check(isa, p, uint32_t(groups * 10 + tokens));
           }
         }
+      }
+    }
+  }
+}
+
+TEST(MatMulKernels, BatchKernelsOfEveryEpilogueForAnyTokenCount) {
+  // The runtime calls batch kernels for 2-8 tokens; any count must work.
+  for (Isa isa : runnable_isas()) {
+    for (Epilogue e : {Epilogue::None, Epilogue::Bias, Epilogue::Residual, Epilogue::BiasResidual,
+                       Epilogue::SiluMul}) {
+      for (int64_t n : {1, 2, 3, 5, 7, 8, 9, 13}) {
+        Problem p;
+        p.epilogue = e;
+        p.kernel = KernelId::batch(e);
+        p.m = n % 2 ? 150 : 67;
+        p.k = n % 3 ? 352 : 896;
+        p.n = n;
+        p.threads = 1 + int(n % 3);
+        p.rows_per_task = 64;
+        SCOPED_TRACE(std::string(to_string(isa)) + " " + to_string(p.kernel) + " n " + std::to_string(n));
+        check(isa, p, uint32_t(n * 7 + int(e)));
       }
     }
   }

@@ -19,11 +19,13 @@ TEST(KernelId, PrintsTheTextForm) {
   EXPECT_EQ(to_string(KernelId::gemm(Epilogue::BiasResidual, 48, 4)), "gemm.bias_residual.m48n4");
   EXPECT_EQ(kernel_symbol(KernelId::gemm(Epilogue::Bias, 48, 4)), "lumen_gemm_bias_m48n4");
   EXPECT_EQ(kernel_symbol(KernelId::gemv(Epilogue::None)), "lumen_gemv_none");
+  EXPECT_EQ(to_string(KernelId::batch(Epilogue::SiluMul)), "batch.silu_mul");
+  EXPECT_EQ(kernel_symbol(KernelId::batch(Epilogue::Bias)), "lumen_batch_bias");
 }
 
 TEST(KernelId, EveryValidIdRoundTrips) {
   for (Epilogue e : kEpilogues) {
-    for (const KernelId& k : {KernelId::gemv(e), KernelId::gemm(e, 16, 1), KernelId::gemm(e, 32, 6),
+    for (const KernelId& k : {KernelId::gemv(e), KernelId::batch(e), KernelId::gemm(e, 16, 1), KernelId::gemm(e, 32, 6),
                               KernelId::gemm(e, 1024, 64)}) {
       ASSERT_TRUE(is_valid(k)) << to_string(k);
       const std::optional<KernelId> back = parse_kernel_id(to_string(k));
@@ -37,7 +39,8 @@ TEST(KernelId, RefusesAnythingElseWithAReason) {
   for (const char* bad : {"", "gemv", "gemv.", "gemv.gelu", "gemm.none", "gemm.none.m16", "gemm.none.m15n4",
                           "gemm.none.m16n0", "gemm.none.m16n65", "gemm.none.m1040n4", "gemm.none.m16nx",
                           "gemm.none.mn4", "gemm.none.m16n4x", "gemm.none.m016n4", "gemm.none.m-16n4",
-                          "gemv.none.m16n4", "conv.none", "GEMV.none"}) {
+                          "gemv.none.m16n4", "conv.none", "GEMV.none", "batch", "batch.", "batch.gelu",
+                          "batch.none.m32n8", "batchx.none"}) {
     std::string why;
     EXPECT_FALSE(parse_kernel_id(bad, &why).has_value()) << bad;
     EXPECT_FALSE(why.empty()) << bad;
@@ -45,6 +48,8 @@ TEST(KernelId, RefusesAnythingElseWithAReason) {
   std::string why;
   EXPECT_FALSE(is_valid(KernelId{KernelKind::Gemv, Epilogue::None, 48, 4}, &why));
   EXPECT_EQ(why, "a gemv kernel has no tile of its own");
+  EXPECT_FALSE(is_valid(KernelId{KernelKind::Batch, Epilogue::None, 16, 8}, &why));
+  EXPECT_EQ(why, "a batch kernel has no tile of its own");
 }
 
 TEST(KernelId, OrdersForUseAsAKey) {

@@ -35,9 +35,18 @@ inline int64_t max_accumulators(Isa isa) {
   }
   return 5;
 }
-// Int accumulators beside the temporaries when the fp32 ones live in memory
-// (ymm ISAs only): 16 - 5 temporaries (AVX2), 16 - 4 (AVX-VNNI).
-inline int64_t max_int_accumulators(Isa isa) { return isa == Isa::AvxVnni ? 12 : 11; }
+// Int accumulators beside the temporaries when the fp32 ones live in memory:
+// 16 - 5 temporaries (AVX2), 16 - 4 (AVX-VNNI), 32 - 6 (AVX-512; a VNNI tile
+// broadcasts its activations into registers only while 4 + tokens fit too).
+inline int64_t max_int_accumulators(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512Vnni:
+    case Isa::Avx512: return 26;
+    case Isa::AvxVnni: return 12;
+    case Isa::Avx2: return 11;
+  }
+  return 11;
+}
 // generate_matmul_kernel with an explicit shape (the benchmark sweeps it).
 std::vector<uint8_t> generate_matmul_kernel(Isa isa, const program::KernelId& kernel, const KernelShape& shape);
 

@@ -142,10 +142,12 @@ enum class RopeMode : uint8_t { Normal, Neox };
 
 // ------------------------------------------------------------ matmul kernels
 enum class KernelKind : uint8_t {
-  Gemv,  // one token (decode)
-  Gemm,  // many tokens (prefill), in register tiles of tile_m rows x tile_n tokens
+  Gemv,   // one token (decode)
+  Gemm,   // many tokens (prefill), in register tiles of tile_m rows x tile_n tokens
+  Batch,  // 2 to kBatchMaxTokens tokens (the decode steps of several sequences):
+          // the weights streamed once, as by the GEMV, for all tokens of a weight block
 };
-const char* to_string(KernelKind k);  // "gemv", "gemm"
+const char* to_string(KernelKind k);  // "gemv", "gemm", "batch"
 
 // Which generated matmul kernel an op calls: the schedule names it, codegen
 // generates it, model.so's kernel table and the runtime's lookup are keyed by
@@ -154,7 +156,7 @@ const char* to_string(KernelKind k);  // "gemv", "gemm"
 //
 // Text form (program text, kernel table, profiles), written only by
 // to_string() and read only by parse_kernel_id():
-//   "gemv.<epilogue>"  or  "gemm.<epilogue>.m<tile_m>n<tile_n>"
+//   "gemv.<epilogue>", "batch.<epilogue>"  or  "gemm.<epilogue>.m<tile_m>n<tile_n>"
 // with the epilogue as to_string(Epilogue), e.g. "gemm.bias.m48n4".
 struct KernelId {
   KernelKind kind = KernelKind::Gemv;
@@ -162,10 +164,12 @@ struct KernelId {
   int64_t tile_m = kGemvTileM;  // Gemm: a multiple of 16 in [16, 1024]
   int64_t tile_n = kGemvTileN;  // Gemm: in [1, 64]
 
-  // A Gemv's tile is fixed (the generator picks its own), so that equal
-  // kernels compare equal.
+  // A Gemv's and a Batch's tiles are fixed (the generator picks its own), so
+  // that equal kernels compare equal; a Batch serves 2..kBatchMaxTokens tokens.
   static constexpr int64_t kGemvTileM = 16, kGemvTileN = 1;
+  static constexpr int64_t kBatchTileM = 32, kBatchMaxTokens = 8;
   static KernelId gemv(Epilogue e) { return KernelId{KernelKind::Gemv, e, kGemvTileM, kGemvTileN}; }
+  static KernelId batch(Epilogue e) { return KernelId{KernelKind::Batch, e, kBatchTileM, kBatchMaxTokens}; }
   static KernelId gemm(Epilogue e, int64_t tile_m, int64_t tile_n) {
     return KernelId{KernelKind::Gemm, e, tile_m, tile_n};
   }
@@ -175,7 +179,7 @@ std::string to_string(const KernelId& k);
 // The inverse of to_string(KernelId): nullopt, and the reason in *why, for
 // any text to_string cannot produce or whose kernel would be invalid.
 std::optional<KernelId> parse_kernel_id(std::string_view text, std::string* why = nullptr);
-// Whether codegen can generate `k` (tile bounds; a Gemv's tile is the fixed one).
+// Whether codegen can generate `k` (tile bounds; a Gemv's or Batch's tile is the fixed one).
 bool is_valid(const KernelId& k, std::string* why = nullptr);
 // An assembler symbol for `k` ("lumen_gemm_bias_m48n4"): emitted model.so
 // names its kernels with it, so profilers and disassemblers show them.
@@ -185,7 +189,8 @@ std::string kernel_symbol(const KernelId& k);
 // (kernel generation) and the runtime (kernel choice and thread split).
 struct MatMulSchedule {
   KernelId decode_kernel;      // for N == 1
-  KernelId prefill_kernel;     // for N > 1; its tile is the prefill register tile
+  KernelId batch_kernel;       // for 2 <= N <= KernelId::kBatchMaxTokens (several sequences' decode steps)
+  KernelId prefill_kernel;     // for larger N; its tile is the prefill register tile
   int64_t rows_per_task = 64;  // output rows per work item (multiple of the pack row group)
   int64_t tokens_per_task = 64;  // prefill: tokens per work item
 };

@@ -5,11 +5,12 @@
 
 #include <stdint.h>
 
-#define LUMEN_MODEL_ABI_VERSION 1u
+#define LUMEN_MODEL_ABI_VERSION 2u /* 2: batch kernels */
 
 /* lumen_kernel_entry::kind */
-#define LUMEN_KERNEL_GEMV 1u /* N == 1 */
-#define LUMEN_KERNEL_GEMM 2u /* N > 1 */
+#define LUMEN_KERNEL_GEMV 1u  /* N == 1 */
+#define LUMEN_KERNEL_GEMM 2u  /* N > 1 */
+#define LUMEN_KERNEL_BATCH 3u /* 2 <= N <= 8 */
 
 #ifdef __cplusplus
 extern "C" {
@@ -19,7 +20,7 @@ struct lumen_kernel_entry {
   const char* name;          /* to_string(program::KernelId): "gemv.bias", "gemm.bias.m48n4" */
   const void* code;          /* position-independent machine code; entry at offset 0 */
   uint64_t code_size;
-  uint32_t kind;             /* LUMEN_KERNEL_GEMV or LUMEN_KERNEL_GEMM */
+  uint32_t kind;             /* LUMEN_KERNEL_GEMV, LUMEN_KERNEL_GEMM or LUMEN_KERNEL_BATCH */
   uint32_t epilogue;         /* lumen::program::Epilogue */
 };
 
