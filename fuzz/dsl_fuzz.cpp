@@ -45,7 +45,7 @@ void compile(const lumen::dsl::ast::Module& ast, std::string_view source) {
   for (const auto* ops : {&program.pre, &program.layer, &program.post})
     for (const lumen::program::Op& op : *ops) {
       if (op.kind != lumen::program::OpKind::MatMul) continue;
-      for (const lumen::program::KernelId& kernel : {op.schedule.decode_kernel, op.schedule.prefill_kernel})
+      for (const lumen::program::KernelId& kernel : op.schedule.kernels())
         for (lumen::Isa isa : {lumen::Isa::Avx512Vnni, lumen::Isa::Avx512, lumen::Isa::Avx2}) {
           if (!done.insert(to_string(kernel) + "/" + to_string(isa)).second) continue;
           if (lumen::codegen::generate_matmul_kernel(isa, kernel).empty()) __builtin_trap();

@@ -59,9 +59,7 @@ std::vector<program::KernelId> kernels_of(const program::Program& p) {
   for (const auto* ops : {&p.pre, &p.layer, &p.post})
     for (const auto& op : *ops)
       if (op.kind == program::OpKind::MatMul) {
-        add(op.schedule.decode_kernel);
-        add(op.schedule.batch_kernel);
-        add(op.schedule.prefill_kernel);
+        for (const program::KernelId& k : op.schedule.kernels()) add(k);
       }
   return kernels;
 }

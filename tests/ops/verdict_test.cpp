@@ -273,7 +273,7 @@ Verdict run_pipeline(const std::string& name, const std::string& text, std::set<
     for (const lumen::program::Section s : lumen::program::kSections)
       for (const lumen::program::Op& op : p.ops(s))
         if (op.kind == lumen::program::OpKind::MatMul)
-          for (const auto& k : {op.schedule.decode_kernel, op.schedule.prefill_kernel})
+          for (const auto& k : op.schedule.kernels())
             if (kernels_done.insert(lumen::program::to_string(k)).second)
               lumen::codegen::generate_matmul_kernel(lumen::Isa::Avx2, k);
   } catch (const lumen::InternalError& e) {

@@ -69,8 +69,7 @@ inline std::shared_ptr<const CompiledModel> in_process_model(const program::Prog
   for (const auto* ops : {&program.pre, &program.layer, &program.post})
     for (const program::Op& op : *ops) {
       if (op.kind != program::OpKind::MatMul) continue;
-      for (const program::KernelId& kernel :
-           {op.schedule.decode_kernel, op.schedule.batch_kernel, op.schedule.prefill_kernel}) {
+      for (const program::KernelId& kernel : op.schedule.kernels()) {
         if (model->kernels.count(kernel) != 0) continue;
         if (reference) {
           model->kernels[kernel] = reference_kernel_for(isa, op.epilogue);

@@ -7,6 +7,7 @@
 // program serves prefill (N > 1) and decode (N == 1).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -193,6 +194,9 @@ struct MatMulSchedule {
   KernelId prefill_kernel;     // for larger N; its tile is the prefill register tile
   int64_t rows_per_task = 64;  // output rows per work item (multiple of the pack row group)
   int64_t tokens_per_task = 64;  // prefill: tokens per work item
+
+  // Every kernel the schedule names, for whoever generates or checks them all.
+  std::array<KernelId, 3> kernels() const { return {decode_kernel, batch_kernel, prefill_kernel}; }
 };
 
 struct Op {
