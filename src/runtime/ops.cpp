@@ -263,42 +263,54 @@ struct Avx2BlockTilesT {
     for (int64_t p0 = 0; p0 < tile_keys; p0 += kPanel) {
       const float* panel = kt + p0 * hd;
       __m256 acc[kRows][kVecs];
+      #pragma GCC unroll 16
       for (int64_t r = 0; r < kRows; ++r)
+        #pragma GCC unroll 16
         for (int64_t v = 0; v < kVecs; ++v) acc[r][v] = _mm256_setzero_ps();
       for (int64_t d = 0; d < hd; ++d) {
         __m256 k[kVecs];
+        #pragma GCC unroll 16
         for (int64_t v = 0; v < kVecs; ++v) k[v] = _mm256_loadu_ps(panel + d * kPanel + 8 * v);
+        #pragma GCC unroll 16
         for (int64_t r = 0; r < kRows; ++r) {
           const __m256 qv = _mm256_broadcast_ss(q + r * hd + d);
+          #pragma GCC unroll 16
           for (int64_t v = 0; v < kVecs; ++v) acc[r][v] = _mm256_fmadd_ps(qv, k[v], acc[r][v]);
         }
       }
+      #pragma GCC unroll 16
       for (int64_t r = 0; r < kRows; ++r)
+        #pragma GCC unroll 16
         for (int64_t v = 0; v < kVecs; ++v) _mm256_storeu_ps(s + r * s_stride + p0 + 8 * v, acc[r][v]);
     }
   }
 
-  // kLanes vectors of output dims from d0 for kRows rows; out[r] is null for
-  // padding rows.
+  // kLanes vectors of output dims from d0 for kRows rows.
   template <int64_t kLanes>
   __attribute__((target("avx2,fma,f16c"))) static void output_tile(const float* p, int64_t p_stride, const float* vf,
                                                                    int64_t hd, int64_t d0, int64_t tile_keys,
                                                                    float* const* out) {
     __m256 acc[kRows][kLanes];
+    #pragma GCC unroll 16
     for (int64_t r = 0; r < kRows; ++r)
+      #pragma GCC unroll 16
       for (int64_t l = 0; l < kLanes; ++l) acc[r][l] = _mm256_setzero_ps();
     for (int64_t k = 0; k < tile_keys; ++k) {
       const float* v = vf + k * hd + d0;
       __m256 vv[kLanes];
+      #pragma GCC unroll 16
       for (int64_t l = 0; l < kLanes; ++l) vv[l] = _mm256_loadu_ps(v + 8 * l);
+      #pragma GCC unroll 16
       for (int64_t r = 0; r < kRows; ++r) {
         const __m256 pv = _mm256_broadcast_ss(p + r * p_stride + k);
+        #pragma GCC unroll 16
         for (int64_t l = 0; l < kLanes; ++l) acc[r][l] = _mm256_fmadd_ps(pv, vv[l], acc[r][l]);
       }
     }
+    #pragma GCC unroll 16
     for (int64_t r = 0; r < kRows; ++r)
-      if (out[r] != nullptr)
-        for (int64_t l = 0; l < kLanes; ++l) _mm256_storeu_ps(out[r] + d0 + 8 * l, acc[r][l]);
+      #pragma GCC unroll 16
+      for (int64_t l = 0; l < kLanes; ++l) _mm256_storeu_ps(out[r] + d0 + 8 * l, acc[r][l]);
   }
 
   static void outputs(const float* p, int64_t p_stride, const float* vf, int64_t hd, int64_t tile_keys,
@@ -313,10 +325,10 @@ struct Avx2BlockTilesT {
     }
   }
 };
-#ifndef LUMEN_ATTN_TILE
-#define LUMEN_ATTN_TILE 4, 16, 24
-#endif
-using Avx2BlockTiles = Avx2BlockTilesT<LUMEN_ATTN_TILE>;
+// 6 x 16 for both products (12 accumulators each): measured fastest on Zen 5
+// with LUMEN_MAX_CPU_ISA=avx2 against 4x16, 4x24, 3x32 score tiles and
+// 4x24, 4x32, 6x8 output tiles (docs/performance.md).
+using Avx2BlockTiles = Avx2BlockTilesT<6, 16, 16>;
 
 // ---------------------------------------------------------------- AVX-512
 // GCC 12's avx512fintrin.h builds some intrinsics from _mm512_undefined_*()
@@ -395,7 +407,6 @@ struct Avx512BlockTiles {
     }
   }
 
-  // out[r] is null for padding rows.
   __attribute__((target("avx512f,avx2,fma,f16c"))) static void outputs(const float* p, int64_t p_stride,
                                                                        const float* vf, int64_t hd, int64_t tile_keys,
                                                                        float* const* out) {
@@ -427,8 +438,7 @@ struct Avx512BlockTiles {
         }
       }
       for (int64_t r = 0; r < kRows; ++r)
-        if (out[r] != nullptr)
-          for (int64_t l = 0; l < lanes; ++l) _mm512_storeu_ps(out[r] + d0 + 16 * l, acc[r][l]);
+        for (int64_t l = 0; l < lanes; ++l) _mm512_storeu_ps(out[r] + d0 + 16 * l, acc[r][l]);
     }
   }
 };
@@ -477,12 +487,14 @@ void attention_block_tiled(const AttentionBlock& b) {
     std::fill(scores, scores + k0, 0.0f);
     std::fill(scores + nk, scores + keys_pad, 0.0f);
   }
-  // Output = P V.
+  // Output = P V. Padding rows write to a scratch row: stores without a
+  // branch let the compiler keep the accumulators in registers.
+  alignas(64) float padding_row[kMaxHeadDim];
   for (int64_t r0 = 0; r0 < n_rows; r0 += kRows) {
     float* out[kRows];
     for (int64_t r = 0; r < kRows; ++r) {
       const int64_t i = r0 + r;
-      out[r] = i < n_rows ? b.out + (i / heads) * b.out_token_stride + (i % heads) * hd : nullptr;
+      out[r] = i < n_rows ? b.out + (i / heads) * b.out_token_stride + (i % heads) * hd : padding_row;
     }
     Tiles::outputs(s.data() + r0 * keys_pad, keys_pad, vf.data(), hd, tile_keys(r0), out);
   }
