@@ -100,14 +100,14 @@ bool matches_twin(const Shape& s, std::mt19937& rng) {
 }
 
 // Head sizes that are multiples of 16 (AVX-512 blocked), of 8 only (AVX2
-// blocked) and neither (per head); head counts 3 and 7 leave partial row
-// tiles; a first block with no earlier keys (first 0: its first token sees
+// blocked) and neither (per head); 7 heads leave partial row tiles; a
+// first block with no earlier keys (first 0: its first token sees
 // nothing and gets zeros).
 TEST(AttentionKernels, MatchTheScalarTwinWithWindowsAndSoftCapping) {
   std::mt19937 rng(7);
   int cases = 0;
   for (int64_t head_dim : {8, 10, 16, 24, 40, 64, 72, 80, 128})
-    for (int64_t heads : {1, 3, 7})
+    for (int64_t heads : {1, 7})
       for (int64_t n_tokens : {1, 5, 17})
         for (int64_t first : {0, 9, 40})
           for (int64_t window : {0, 1, 9, 100})
@@ -116,14 +116,15 @@ TEST(AttentionKernels, MatchTheScalarTwinWithWindowsAndSoftCapping) {
                 ASSERT_TRUE(matches_twin({head_dim, heads, n_tokens, first, window, softcap, f16}, rng));
                 ++cases;
               }
-  EXPECT_EQ(cases, 9 * 3 * 3 * 3 * 4 * 2 * 2);
+  EXPECT_EQ(cases, 9 * 2 * 3 * 3 * 4 * 2 * 2);
 }
 
-// Long contexts: many K panels per tile, windows that start far from key 0.
+// Long contexts: many K panels per tile, windows that start far from key 0;
+// head_dim 64 takes the AVX-512 tiles where the CPU has them, 40 the AVX2 ones.
 TEST(AttentionKernels, MatchTheScalarTwinOverLongContexts) {
   std::mt19937 rng(11);
-  for (int64_t head_dim : {8, 72, 128})
-    for (int64_t first : {600})
+  for (int64_t head_dim : {40, 64})
+    for (int64_t first : {400})
       for (int64_t window : {0, 256})
         for (bool f16 : {true, false})
           ASSERT_TRUE(matches_twin({head_dim, 7, 16, first, window, 0.0f, f16}, rng));
