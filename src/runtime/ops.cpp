@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "lumen/target/kernel_abi.h"
@@ -216,6 +217,159 @@ __attribute__((target("avx2,fma,f16c"))) void attention_avx2(const AttentionHead
   }
 }
 
+// Calls f(std::integral_constant<int64_t, rows>) for rows in [1, kMax]: the
+// last row tile of a block gets a kernel of its own height instead of
+// padding rows (a decode step has as many rows as query heads per kv head).
+template <int64_t kMax, class F>
+void with_tile_rows(int64_t rows, F&& f) {
+  if constexpr (kMax > 1)
+    if (rows < kMax) return with_tile_rows<kMax - 1>(rows, f);
+  f(std::integral_constant<int64_t, kMax>{});
+}
+
+// Transposes the 8x8 block held in r[0..7] (rows) in place.
+__attribute__((target("avx2,fma,f16c"))) inline void transpose8x8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; ++i) {
+    u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+
+// The operands of attention_block_tiled, converted once per block: q rows
+// (rounded to f16 with kF16), K in panel_width-key panels stored transposed
+// (panel[d][key], zero keys up to the panel bound; 8x8 blocks transposed in
+// registers) and V as f32 rows, both from key_base on. head_dim and
+// panel_width are multiples of 8.
+template <bool kF16>
+__attribute__((target("avx2,fma,f16c"))) void pack_attention_block(const AttentionBlock& b, int64_t key_base,
+                                                                    int64_t n_keys, int64_t panel_width, float* qs,
+                                                                    float* kt, float* vf) {
+  const int64_t hd = b.head_dim, n_rows = b.n_tokens * b.n_heads;
+  for (int64_t i = 0; i < n_rows; ++i)
+    for (int64_t d = 0; d < hd; d += 8) {
+      __m256 x = _mm256_loadu_ps(b.q + (i / b.n_heads) * b.q_token_stride + (i % b.n_heads) * hd + d);
+      if constexpr (kF16) x = _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+      _mm256_storeu_ps(qs + i * hd + d, x);
+    }
+  const int64_t keys_pad = (n_keys + panel_width - 1) / panel_width * panel_width;
+  const int64_t elem = kF16 ? 2 : 4;
+  const void* k_base = static_cast<const uint8_t*>(b.k) + key_base * b.row_stride * elem;
+  const void* v_base = static_cast<const uint8_t*>(b.v) + key_base * b.row_stride * elem;
+  for (int64_t j0 = 0; j0 < keys_pad; j0 += 8) {
+    float* panel = kt + (j0 / panel_width) * hd * panel_width + j0 % panel_width;
+    for (int64_t d = 0; d < hd; d += 8) {
+      __m256 block[8];
+      for (int64_t u = 0; u < 8; ++u)
+        block[u] = j0 + u < n_keys ? load8<kF16>(k_base, (j0 + u) * b.row_stride + d) : _mm256_setzero_ps();
+      transpose8x8(block);
+      for (int64_t u = 0; u < 8; ++u) _mm256_storeu_ps(panel + (d + u) * panel_width, block[u]);
+    }
+  }
+  for (int64_t j = 0; j < n_keys; ++j)
+    for (int64_t d = 0; d < hd; d += 8) _mm256_storeu_ps(vf + j * hd + d, load8<kF16>(v_base, j * b.row_stride + d));
+}
+
+// The register tiles of attention_block_tiled for 16 ymm registers: up to
+// kRows rows x kPanel keys of scores (kRows * kPanel / 8 accumulators,
+// kPanel / 8 K vectors, one broadcast q) and up to kRows rows x kDims dims of
+// output. The loops over a tile's registers are unrolled by pragma so GCC
+// keeps the accumulator arrays in registers.
+template <int64_t kRowsT, int64_t kPanelT, int64_t kDims>
+struct Avx2BlockTilesT {
+  static constexpr int64_t kRows = kRowsT, kPanel = kPanelT;
+
+  template <int64_t kTileRows>
+  __attribute__((target("avx2,fma,f16c"))) static void score_tile(const float* q, const float* kt, int64_t hd,
+                                                                  int64_t tile_keys, float* s, int64_t s_stride) {
+    constexpr int64_t kVecs = kPanel / 8;
+    for (int64_t p0 = 0; p0 < tile_keys; p0 += kPanel) {
+      const float* panel = kt + p0 * hd;
+      __m256 acc[kTileRows][kVecs];
+#pragma GCC unroll 16
+      for (int64_t r = 0; r < kTileRows; ++r)
+#pragma GCC unroll 16
+        for (int64_t v = 0; v < kVecs; ++v) acc[r][v] = _mm256_setzero_ps();
+      for (int64_t d = 0; d < hd; ++d) {
+        __m256 k[kVecs];
+#pragma GCC unroll 16
+        for (int64_t v = 0; v < kVecs; ++v) k[v] = _mm256_loadu_ps(panel + d * kPanel + 8 * v);
+#pragma GCC unroll 16
+        for (int64_t r = 0; r < kTileRows; ++r) {
+          const __m256 qv = _mm256_broadcast_ss(q + r * hd + d);
+#pragma GCC unroll 16
+          for (int64_t v = 0; v < kVecs; ++v) acc[r][v] = _mm256_fmadd_ps(qv, k[v], acc[r][v]);
+        }
+      }
+#pragma GCC unroll 16
+      for (int64_t r = 0; r < kTileRows; ++r)
+#pragma GCC unroll 16
+        for (int64_t v = 0; v < kVecs; ++v) _mm256_storeu_ps(s + r * s_stride + p0 + 8 * v, acc[r][v]);
+    }
+  }
+
+  static void scores(int64_t rows, const float* q, const float* kt, int64_t hd, int64_t tile_keys, float* s,
+                     int64_t s_stride) {
+    with_tile_rows<kRows>(rows, [&](auto tile_rows) { score_tile<decltype(tile_rows)::value>(q, kt, hd, tile_keys, s, s_stride); });
+  }
+
+  // kLanes vectors of output dims from d0 for kTileRows rows.
+  template <int64_t kTileRows, int64_t kLanes>
+  __attribute__((target("avx2,fma,f16c"))) static void output_tile(const float* p, int64_t p_stride, const float* vf,
+                                                                   int64_t hd, int64_t d0, int64_t tile_keys,
+                                                                   float* const* out) {
+    __m256 acc[kTileRows][kLanes];
+#pragma GCC unroll 16
+    for (int64_t r = 0; r < kTileRows; ++r)
+#pragma GCC unroll 16
+      for (int64_t l = 0; l < kLanes; ++l) acc[r][l] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < tile_keys; ++k) {
+      const float* v = vf + k * hd + d0;
+      __m256 vv[kLanes];
+#pragma GCC unroll 16
+      for (int64_t l = 0; l < kLanes; ++l) vv[l] = _mm256_loadu_ps(v + 8 * l);
+#pragma GCC unroll 16
+      for (int64_t r = 0; r < kTileRows; ++r) {
+        const __m256 pv = _mm256_broadcast_ss(p + r * p_stride + k);
+#pragma GCC unroll 16
+        for (int64_t l = 0; l < kLanes; ++l) acc[r][l] = _mm256_fmadd_ps(pv, vv[l], acc[r][l]);
+      }
+    }
+#pragma GCC unroll 16
+    for (int64_t r = 0; r < kTileRows; ++r)
+#pragma GCC unroll 16
+      for (int64_t l = 0; l < kLanes; ++l) _mm256_storeu_ps(out[r] + d0 + 8 * l, acc[r][l]);
+  }
+
+  static void outputs(int64_t rows, const float* p, int64_t p_stride, const float* vf, int64_t hd,
+                      int64_t tile_keys, float* const* out) {
+    with_tile_rows<kRows>(rows, [&](auto tile_rows) {
+      for (int64_t d0 = 0; d0 < hd; d0 += kDims) {
+        if (hd - d0 >= kDims)
+          output_tile<decltype(tile_rows)::value, kDims / 8>(p, p_stride, vf, hd, d0, tile_keys, out);
+        else  // the last dims, a multiple of 8 narrower than kDims
+          with_tile_rows<kDims / 8>((hd - d0) / 8, [&](auto lanes) {
+            output_tile<decltype(tile_rows)::value, decltype(lanes)::value>(p, p_stride, vf, hd, d0, tile_keys, out);
+          });
+      }
+    });
+  }
+};
+// 6 x 16 for both products (12 accumulators each): measured fastest on Zen 5
+// with LUMEN_MAX_CPU_ISA=avx2 against 4x16, 4x24, 3x32 score tiles and
+// 4x24, 4x32, 6x8 output tiles (docs/performance.md).
+using Avx2BlockTiles = Avx2BlockTilesT<6, 16, 16>;
+
 // ---------------------------------------------------------------- AVX-512
 // GCC 12's avx512fintrin.h builds some intrinsics from _mm512_undefined_*()
 // and then warns about it (-Wmaybe-uninitialized) when they are inlined.
@@ -266,106 +420,56 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) void attention_avx512(const Att
   }
 }
 
-// attention_block for AVX-512 as two small GEMMs. Rows are the (token, head)
-// queries, token-major. K is converted once into 32-key panels stored
-// transposed (panel[d][key]) so a 6-row x 32-key score tile is 12
-// accumulators fed by broadcast q values; V is converted once into f32 rows
-// and a 6-row x 64-dim output tile is 24 accumulators. Tiles stop at the last
-// key their rows can see (causal bound); probabilities past a row's own bound
-// are zero, so the shared tile bound does not change its sums. With a
-// sliding window, keys are counted from the first one the block's first token
-// sees (key_base); probabilities before each row's own first key are zero.
-template <bool kF16>
-__attribute__((target("avx512f,avx2,fma,f16c"))) void attention_block_avx512(const AttentionBlock& b) {
-  constexpr int64_t kRows = 6, kPanel = 32;
-  const int64_t hd = b.head_dim, heads = b.n_heads;
-  const int64_t n_rows = b.n_tokens * heads;
-  const int64_t rows_pad = (n_rows + kRows - 1) / kRows * kRows;
-  const int64_t key_base = b.window > 0 ? std::max<int64_t>(0, b.first_n_keys - b.window) : 0;
-  const int64_t n_keys = b.first_n_keys + b.n_tokens - 1 - key_base;  // what the last token sees
-  const int64_t keys_pad = (n_keys + kPanel - 1) / kPanel * kPanel;
-  const void* k_base = static_cast<const uint8_t*>(b.k) + key_base * b.row_stride * (kF16 ? 2 : 4);
-  const void* v_base = static_cast<const uint8_t*>(b.v) + key_base * b.row_stride * (kF16 ? 2 : 4);
-  thread_local std::vector<float> qs, kt, vf, s;
-  qs.assign(static_cast<size_t>(rows_pad * hd), 0.0f);
-  kt.resize(static_cast<size_t>(keys_pad * hd));
-  vf.resize(static_cast<size_t>(n_keys * hd));
-  s.resize(static_cast<size_t>(rows_pad * keys_pad));
-  // Keys [first_key_of_row, keys_of_row) of a row, counted from key_base.
-  auto keys_of_row = [&](int64_t row) { return b.first_n_keys + row / heads - key_base; };
-  auto first_key_of_row = [&](int64_t row) {
-    return b.window > 0 ? std::max<int64_t>(0, b.first_n_keys + row / heads - b.window) - key_base : 0;
-  };
+// The register tiles of attention_block_tiled for AVX-512: up to 6 rows x 32
+// keys of scores are 12 accumulators fed by broadcast q values; up to 6 rows x
+// 64 dims of output are 24 accumulators.
+struct Avx512BlockTiles {
+  static constexpr int64_t kRows = 6, kPanel = 32;
 
-  for (int64_t i = 0; i < n_rows; ++i) {
-    const float* src = b.q + (i / heads) * b.q_token_stride + (i % heads) * hd;
-    for (int64_t d = 0; d < hd; d += 16) {
-      __m512 x = _mm512_loadu_ps(src + d);
-      if constexpr (kF16) x = _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
-      _mm512_storeu_ps(qs.data() + i * hd + d, x);
-    }
-  }
-  alignas(64) float row[kMaxHeadDim];
-  for (int64_t j = 0; j < keys_pad; ++j) {
-    float* panel = kt.data() + (j / kPanel) * hd * kPanel + j % kPanel;
-    if (j < n_keys) {
-      for (int64_t d = 0; d < hd; d += 16) _mm512_store_ps(row + d, load16<kF16>(k_base, j * b.row_stride + d));
-      for (int64_t d = 0; d < hd; ++d) panel[d * kPanel] = row[d];
-      for (int64_t d = 0; d < hd; d += 16)
-        _mm512_storeu_ps(vf.data() + j * hd + d, load16<kF16>(v_base, j * b.row_stride + d));
-    } else {
-      for (int64_t d = 0; d < hd; ++d) panel[d * kPanel] = 0.0f;
-    }
-  }
-
-  // Scores.
-  for (int64_t r0 = 0; r0 < n_rows; r0 += kRows) {
-    const int64_t tile_keys = keys_of_row(std::min(r0 + kRows, n_rows) - 1);
-    const float* q = qs.data() + r0 * hd;
+  template <int64_t kTileRows>
+  __attribute__((target("avx512f,avx2,fma,f16c"))) static void score_tile(const float* q, const float* kt, int64_t hd,
+                                                                          int64_t tile_keys, float* s,
+                                                                          int64_t s_stride) {
     for (int64_t p0 = 0; p0 < tile_keys; p0 += kPanel) {
-      const float* panel = kt.data() + p0 * hd;
-      __m512 acc[kRows][2];
-      for (int64_t r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+      const float* panel = kt + p0 * hd;
+      __m512 acc[kTileRows][2];
+      for (int64_t r = 0; r < kTileRows; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
       for (int64_t d = 0; d < hd; ++d) {
         const __m512 k0 = _mm512_loadu_ps(panel + d * kPanel), k1 = _mm512_loadu_ps(panel + d * kPanel + 16);
-        for (int64_t r = 0; r < kRows; ++r) {
+        for (int64_t r = 0; r < kTileRows; ++r) {
           const __m512 qv = _mm512_set1_ps(q[r * hd + d]);
           acc[r][0] = _mm512_fmadd_ps(qv, k0, acc[r][0]);
           acc[r][1] = _mm512_fmadd_ps(qv, k1, acc[r][1]);
         }
       }
-      for (int64_t r = 0; r < kRows; ++r) {
-        float* out = s.data() + (r0 + r) * keys_pad + p0;
-        _mm512_storeu_ps(out, acc[r][0]);
-        _mm512_storeu_ps(out + 16, acc[r][1]);
+      for (int64_t r = 0; r < kTileRows; ++r) {
+        _mm512_storeu_ps(s + r * s_stride + p0, acc[r][0]);
+        _mm512_storeu_ps(s + r * s_stride + p0 + 16, acc[r][1]);
       }
     }
   }
-  // Probabilities; zero outside each row's keys (and whole padding rows).
-  for (int64_t i = 0; i < rows_pad; ++i) {
-    float* scores = s.data() + i * keys_pad;
-    const int64_t nk = i < n_rows ? keys_of_row(i) : 0;
-    const int64_t k0 = i < n_rows ? first_key_of_row(i) : 0;
-    if (nk > k0) softmax_avx2<kF16>(scores + k0, nk - k0, b.scale, b.softcap);
-    std::fill(scores, scores + k0, 0.0f);
-    std::fill(scores + nk, scores + keys_pad, 0.0f);
+
+  static void scores(int64_t rows, const float* q, const float* kt, int64_t hd, int64_t tile_keys, float* s,
+                     int64_t s_stride) {
+    with_tile_rows<kRows>(rows, [&](auto tile_rows) { score_tile<decltype(tile_rows)::value>(q, kt, hd, tile_keys, s, s_stride); });
   }
-  // Output = P V.
-  for (int64_t r0 = 0; r0 < n_rows; r0 += kRows) {
-    const int64_t tile_keys = keys_of_row(std::min(r0 + kRows, n_rows) - 1);
-    const float* p = s.data() + r0 * keys_pad;
+
+  template <int64_t kTileRows>
+  __attribute__((target("avx512f,avx2,fma,f16c"))) static void output_tile(const float* p, int64_t p_stride,
+                                                                           const float* vf, int64_t hd,
+                                                                           int64_t tile_keys, float* const* out) {
     for (int64_t d0 = 0; d0 < hd; d0 += 64) {
       const int64_t lanes = std::min<int64_t>(64, hd - d0) / 16;
-      __m512 acc[kRows][4];
-      for (int64_t r = 0; r < kRows; ++r)
+      __m512 acc[kTileRows][4];
+      for (int64_t r = 0; r < kTileRows; ++r)
         for (int64_t l = 0; l < 4; ++l) acc[r][l] = _mm512_setzero_ps();
       if (lanes == 4) {
         for (int64_t k = 0; k < tile_keys; ++k) {
-          const float* v = vf.data() + k * hd + d0;
+          const float* v = vf + k * hd + d0;
           const __m512 v0 = _mm512_loadu_ps(v), v1 = _mm512_loadu_ps(v + 16), v2 = _mm512_loadu_ps(v + 32),
                        v3 = _mm512_loadu_ps(v + 48);
-          for (int64_t r = 0; r < kRows; ++r) {
-            const __m512 pv = _mm512_set1_ps(p[r * keys_pad + k]);
+          for (int64_t r = 0; r < kTileRows; ++r) {
+            const __m512 pv = _mm512_set1_ps(p[r * p_stride + k]);
             acc[r][0] = _mm512_fmadd_ps(pv, v0, acc[r][0]);
             acc[r][1] = _mm512_fmadd_ps(pv, v1, acc[r][1]);
             acc[r][2] = _mm512_fmadd_ps(pv, v2, acc[r][2]);
@@ -374,23 +478,79 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) void attention_block_avx512(con
         }
       } else {
         for (int64_t k = 0; k < tile_keys; ++k) {
-          const float* v = vf.data() + k * hd + d0;
-          for (int64_t r = 0; r < kRows; ++r) {
-            const __m512 pv = _mm512_set1_ps(p[r * keys_pad + k]);
+          const float* v = vf + k * hd + d0;
+          for (int64_t r = 0; r < kTileRows; ++r) {
+            const __m512 pv = _mm512_set1_ps(p[r * p_stride + k]);
             for (int64_t l = 0; l < lanes; ++l) acc[r][l] = _mm512_fmadd_ps(pv, _mm512_loadu_ps(v + 16 * l), acc[r][l]);
           }
         }
       }
-      for (int64_t r = 0; r < kRows && r0 + r < n_rows; ++r) {
-        const int64_t i = r0 + r;
-        float* out = b.out + (i / heads) * b.out_token_stride + (i % heads) * hd + d0;
-        for (int64_t l = 0; l < lanes; ++l) _mm512_storeu_ps(out + 16 * l, acc[r][l]);
-      }
+      for (int64_t r = 0; r < kTileRows; ++r)
+        for (int64_t l = 0; l < lanes; ++l) _mm512_storeu_ps(out[r] + d0 + 16 * l, acc[r][l]);
     }
   }
-}
+
+  static void outputs(int64_t rows, const float* p, int64_t p_stride, const float* vf, int64_t hd,
+                      int64_t tile_keys, float* const* out) {
+    with_tile_rows<kRows>(rows, [&](auto tile_rows) { output_tile<decltype(tile_rows)::value>(p, p_stride, vf, hd, tile_keys, out); });
+  }
+};
 
 #pragma GCC diagnostic pop
+
+// attention_block as two small GEMMs with the register tiles of Tiles
+// (Avx512BlockTiles, Avx2BlockTiles). Rows are the (token, head) queries,
+// token-major. K is converted once into Tiles::kPanel-key panels stored
+// transposed (panel[d][key]), V once into f32 rows (pack_attention_block).
+// Tiles stop at the last key their rows can see (causal bound);
+// probabilities past a row's own bound are zero, so the shared tile bound does
+// not change its sums. With a sliding window, keys are counted from the first
+// one the block's first token sees (key_base); probabilities before each
+// row's own first key are zero. A row that sees no key gets zeros. The last
+// row tile of a block is as high as the rows left (no padding rows).
+template <class Tiles, bool kF16>
+void attention_block_tiled(const AttentionBlock& b) {
+  constexpr int64_t kRows = Tiles::kRows, kPanel = Tiles::kPanel;
+  const int64_t hd = b.head_dim, heads = b.n_heads;
+  const int64_t n_rows = b.n_tokens * heads;
+  const int64_t key_base = b.window > 0 ? std::max<int64_t>(0, b.first_n_keys - b.window) : 0;
+  const int64_t n_keys = std::max<int64_t>(0, b.first_n_keys + b.n_tokens - 1 - key_base);  // what the last token sees
+  const int64_t keys_pad = (n_keys + kPanel - 1) / kPanel * kPanel;
+  thread_local std::vector<float> qs, kt, vf, s;
+  qs.resize(static_cast<size_t>(n_rows * hd));
+  kt.resize(static_cast<size_t>(keys_pad * hd));
+  vf.resize(static_cast<size_t>(n_keys * hd));
+  s.resize(static_cast<size_t>(n_rows * keys_pad));
+  pack_attention_block<kF16>(b, key_base, n_keys, kPanel, qs.data(), kt.data(), vf.data());
+  // Keys [first_key_of_row, keys_of_row) of a row, counted from key_base.
+  auto keys_of_row = [&](int64_t row) { return b.first_n_keys + row / heads - key_base; };
+  auto first_key_of_row = [&](int64_t row) {
+    return b.window > 0 ? std::max<int64_t>(0, b.first_n_keys + row / heads - b.window) - key_base : 0;
+  };
+  auto tile_rows = [&](int64_t r0) { return std::min(kRows, n_rows - r0); };
+  auto tile_keys = [&](int64_t r0) { return keys_of_row(r0 + tile_rows(r0) - 1); };
+
+  for (int64_t r0 = 0; r0 < n_rows; r0 += kRows)
+    Tiles::scores(tile_rows(r0), qs.data() + r0 * hd, kt.data(), hd, tile_keys(r0), s.data() + r0 * keys_pad,
+                  keys_pad);
+  // Probabilities; zero outside each row's keys.
+  for (int64_t i = 0; i < n_rows; ++i) {
+    float* scores = s.data() + i * keys_pad;
+    const int64_t nk = keys_of_row(i), k0 = first_key_of_row(i);
+    if (nk > k0) softmax_avx2<kF16>(scores + k0, nk - k0, b.scale, b.softcap);
+    std::fill(scores, scores + k0, 0.0f);
+    std::fill(scores + nk, scores + keys_pad, 0.0f);
+  }
+  // Output = P V.
+  for (int64_t r0 = 0; r0 < n_rows; r0 += kRows) {
+    float* out[kRows];
+    for (int64_t r = 0; r < tile_rows(r0); ++r) {
+      const int64_t i = r0 + r;
+      out[r] = b.out + (i / heads) * b.out_token_stride + (i % heads) * hd;
+    }
+    Tiles::outputs(tile_rows(r0), s.data() + r0 * keys_pad, keys_pad, vf.data(), hd, tile_keys(r0), out);
+  }
+}
 
 bool use_avx512() {
   static const bool yes = use_avx2() && (cpu_features() & kCpuAvx512f) != 0;
@@ -520,14 +680,18 @@ void attention_block_by_head(const AttentionBlock& b, bool f16) {
 
 void attention_block_f16(const AttentionBlock& b) {
   if (use_avx512() && b.head_dim % 16 == 0 && b.head_dim <= kMaxHeadDim)
-    attention_block_avx512<true>(b);
+    attention_block_tiled<Avx512BlockTiles, true>(b);
+  else if (use_avx2() && b.head_dim % 8 == 0 && b.head_dim <= kMaxHeadDim)
+    attention_block_tiled<Avx2BlockTiles, true>(b);
   else
     attention_block_by_head(b, true);
 }
 
 void attention_block_f32(const AttentionBlock& b) {
   if (use_avx512() && b.head_dim % 16 == 0 && b.head_dim <= kMaxHeadDim)
-    attention_block_avx512<false>(b);
+    attention_block_tiled<Avx512BlockTiles, false>(b);
+  else if (use_avx2() && b.head_dim % 8 == 0 && b.head_dim <= kMaxHeadDim)
+    attention_block_tiled<Avx2BlockTiles, false>(b);
   else
     attention_block_by_head(b, false);
 }
