@@ -1,11 +1,16 @@
 // The packed-weight cache (see include/lumen/runtime/pack_cache.h).
 //
-// File layout: a 4096-byte header, then the packed bytes exactly as they sit
-// in memory. The header: magic, format version, header size, the key, the
-// packed size and the checksum of the packed bytes (hash_parallel, seed 0).
+// File layout: the header in the first 4096 bytes, a hole up to 2 MiB, then
+// the packed bytes exactly as they sit in memory. The header: magic, format
+// version, header size (the packed bytes' offset), the key, the packed size
+// and the checksum of the packed bytes (hash_parallel, seed 0). The 2 MiB
+// offset lets the page cache hold the packed bytes in 2 MiB folios (written in
+// aligned 4 MiB pieces) that a mapping at a 2 MiB-aligned address maps on
+// 2 MiB pages; version 1 put them at 4096, where no folio can line up.
 #include "lumen/runtime/pack_cache.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <vector>
 
 #include "lumen/runtime/thread_pool.h"
@@ -25,8 +31,10 @@ namespace lumen::runtime {
 namespace {
 
 constexpr char kMagic[8] = {'L', 'U', 'M', 'E', 'N', 'P', 'K', '\n'};
-constexpr uint32_t kFormatVersion = 1;
-constexpr size_t kHeaderBytes = 4096;
+constexpr uint32_t kFormatVersion = 2;
+constexpr size_t kHugePage = size_t(2) << 20;
+constexpr size_t kHeaderBytes = kHugePage;  // where the packed bytes start
+constexpr size_t kHeaderPageBytes = 4096;   // what of it is written
 constexpr size_t kPieceBytes = size_t(4) << 20;
 
 struct Header {
@@ -37,7 +45,7 @@ struct Header {
   uint64_t packed_bytes;
   uint64_t checksum;
 };
-static_assert(sizeof(Header) <= kHeaderBytes);
+static_assert(sizeof(Header) <= kHeaderPageBytes);
 
 constexpr uint64_t kP1 = 0x9E3779B185EBCA87ull, kP2 = 0xC2B2AE3D27D4EB4Full, kP3 = 0x165667B19E3779F9ull;
 
@@ -86,7 +94,51 @@ uint64_t fold(const std::vector<uint64_t>& piece_hashes, size_t bytes, uint64_t 
   return hash_bytes(piece_hashes.data(), piece_hashes.size() * sizeof(uint64_t), seed ^ bytes);
 }
 
+struct FdCloser {
+  int fd;
+  ~FdCloser() { ::close(fd); }
+};
+
+// Reads and checks the header of the open cache file `fd`: Hit when it is
+// the file for `key` and `bytes` (its contents still unchecked).
+PackCacheRead check_header(int fd, const PackCacheKey& key, size_t bytes, Header& h) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !read_all(fd, reinterpret_cast<uint8_t*>(&h), sizeof h, 0))
+    return PackCacheRead::Corrupt;
+  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) return PackCacheRead::Corrupt;
+  if (h.version != kFormatVersion || h.header_bytes != kHeaderBytes || h.key_lo != key.lo || h.key_hi != key.hi ||
+      h.packed_bytes != bytes)
+    return PackCacheRead::Stale;
+  if (uint64_t(st.st_size) != kHeaderBytes + bytes) return PackCacheRead::Corrupt;
+  return PackCacheRead::Hit;
+}
+
+// FilePmdMapped of the mapping that starts at `start`, from /proc/self/smaps
+// (0 if it cannot be told).
+size_t file_pmd_mapped(const void* start) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto want = reinterpret_cast<uintptr_t>(start);
+  bool in_mapping = false;
+  std::string line;
+  while (std::getline(smaps, line)) {
+    unsigned long long lo = 0, hi = 0, kb = 0;
+    char dash = 0;
+    if (line.find(':') == std::string::npos || line.find(' ') < line.find(':')) {
+      // A mapping's first line: "lo-hi perms offset dev inode path".
+      if (std::sscanf(line.c_str(), "%llx%c%llx", &lo, &dash, &hi) == 3 && dash == '-') {
+        if (in_mapping) return 0;
+        in_mapping = lo == want;
+      }
+      continue;
+    }
+    if (in_mapping && std::sscanf(line.c_str(), "FilePmdMapped: %llu kB", &kb) == 1) return size_t(kb) << 10;
+  }
+  return 0;
+}
+
 }  // namespace
+
+size_t huge_page_bytes(size_t bytes) { return bytes / kHugePage * kHugePage; }
 
 std::string default_pack_cache_dir() {
   if (const char* dir = std::getenv("LUMEN_CACHE_DIR"); dir != nullptr && *dir != '\0') return dir;
@@ -149,19 +201,9 @@ PackCacheRead read_pack_cache(const std::string& path, const PackCacheKey& key, 
                               ThreadPool& pool) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return PackCacheRead::Missing;
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
+  FdCloser closer{fd};
   Header h{};
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !read_all(fd, reinterpret_cast<uint8_t*>(&h), sizeof h, 0))
-    return PackCacheRead::Corrupt;
-  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) return PackCacheRead::Corrupt;
-  if (h.version != kFormatVersion || h.header_bytes != kHeaderBytes || h.key_lo != key.lo || h.key_hi != key.hi ||
-      h.packed_bytes != bytes)
-    return PackCacheRead::Stale;
-  if (uint64_t(st.st_size) != kHeaderBytes + bytes) return PackCacheRead::Corrupt;
+  if (const PackCacheRead r = check_header(fd, key, bytes, h); r != PackCacheRead::Hit) return r;
   // Read and hash each piece on the pool (the piece is still in cache when hashed).
   std::vector<uint64_t> piece(pieces_of(bytes));
   std::atomic<bool> failed{false};
@@ -175,6 +217,61 @@ PackCacheRead read_pack_cache(const std::string& path, const PackCacheKey& key, 
   });
   if (failed || fold(piece, bytes, 0) != h.checksum) return PackCacheRead::Corrupt;
   return PackCacheRead::Hit;
+}
+
+PackCacheMap map_pack_cache(const std::string& path, const PackCacheKey& key, size_t bytes, ThreadPool& pool) {
+  PackCacheMap m;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return m;
+  FdCloser closer{fd};
+  Header h{};
+  m.result = check_header(fd, key, bytes, h);
+  if (m.result != PackCacheRead::Hit) return m;
+  m.result = PackCacheRead::Missing;
+  if (bytes == 0) {
+    m.map_error = "nothing to map";
+    return m;
+  }
+  // Reserve 2 MiB more than the mapping, place it at the first 2 MiB
+  // boundary inside, and give the rest back.
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  const size_t map_bytes = (bytes + page - 1) / page * page, reserve_bytes = map_bytes + kHugePage;
+  void* reserve = mmap(nullptr, reserve_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (reserve == MAP_FAILED) {
+    m.map_error = std::string("cannot reserve address space: ") + std::strerror(errno);
+    return m;
+  }
+  const auto base = reinterpret_cast<uintptr_t>(reserve), end = base + reserve_bytes;
+  const uintptr_t start = (base + kHugePage - 1) & ~uintptr_t(kHugePage - 1);
+  void* mapped = mmap(reinterpret_cast<void*>(start), map_bytes, PROT_READ, MAP_SHARED | MAP_FIXED, fd,
+                      off_t(kHeaderBytes));
+  if (mapped == MAP_FAILED) {
+    m.map_error = std::string("cannot map ") + path + ": " + std::strerror(errno);
+    munmap(reserve, reserve_bytes);
+    return m;
+  }
+  if (start > base) munmap(reserve, start - base);
+  if (end > start + map_bytes) munmap(reinterpret_cast<void*>(start + map_bytes), end - (start + map_bytes));
+  // Pages read back in after eviction come as 2 MiB folios too (advice only:
+  // kernels without file huge pages map 4 KiB pages, which the caller sees).
+  madvise(mapped, map_bytes, MADV_HUGEPAGE);
+  const auto* data = static_cast<const uint8_t*>(mapped);
+  std::shared_ptr<const uint8_t> owner(data, [map_bytes](const uint8_t* p) {
+    munmap(const_cast<uint8_t*>(p), map_bytes);
+  });
+  std::vector<uint64_t> piece(pieces_of(bytes));
+  pool.parallel_for(int64_t(piece.size()), [&](int64_t i, int) {
+    const size_t begin = size_t(i) * kPieceBytes;
+    piece[size_t(i)] = hash_bytes(data + begin, std::min(kPieceBytes, bytes - begin), uint64_t(i));
+  });
+  if (fold(piece, bytes, 0) != h.checksum) {
+    m.result = PackCacheRead::Corrupt;
+    return m;
+  }
+  m.huge_bytes = std::min(file_pmd_mapped(data), bytes);
+  m.data = std::move(owner);
+  m.result = PackCacheRead::Hit;
+  return m;
 }
 
 std::string write_pack_cache(const std::string& path, const PackCacheKey& key, const uint8_t* data, size_t bytes,
@@ -202,7 +299,7 @@ std::string write_pack_cache(const std::string& path, const PackCacheKey& key, c
     if (!write_all(fd, data + begin, n, off_t(kHeaderBytes + begin))) failed = true;
   });
   h.checksum = fold(piece, bytes, 0);
-  std::vector<uint8_t> head(kHeaderBytes, 0);
+  std::vector<uint8_t> head(kHeaderPageBytes, 0);
   std::memcpy(head.data(), &h, sizeof h);
   const bool ok = !failed && write_all(fd, head.data(), head.size(), 0);
   const int saved_errno = errno;

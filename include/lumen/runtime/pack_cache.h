@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace lumen::runtime {
@@ -41,6 +42,26 @@ const char* to_string(PackCacheRead r);  // "hit", "miss", "corrupt", "stale"
 // its contents do not match its checksum. `out` is undefined unless Hit.
 PackCacheRead read_pack_cache(const std::string& path, const PackCacheKey& key, uint8_t* out, size_t bytes,
                               ThreadPool& pool);
+
+// The cache file mapped in place (read-only, the page cache's own pages: no
+// copy, no fresh memory for the kernel to zero). The packed bytes start at a
+// 2 MiB-aligned file offset and address, so where the page cache holds them in
+// 2 MiB folios they are mapped on 2 MiB pages, which decode needs (TLB).
+struct PackCacheMap {
+  PackCacheRead result = PackCacheRead::Missing;  // as read_pack_cache; Hit only with `data`
+  std::shared_ptr<const uint8_t> data;  // the packed bytes; the mapping lives as long as this
+  size_t huge_bytes = 0;                // of them mapped on 2 MiB pages (FilePmdMapped in smaps)
+  std::string map_error;                // why the intact file could not be mapped ("" if it was)
+};
+
+// The packed bytes that can sit on 2 MiB pages: all whole 2 MiB pages of them.
+size_t huge_page_bytes(size_t bytes);
+
+// Maps the cache file `path` and checks it as read_pack_cache does (every
+// 4 MiB piece hashed through the mapping, which faults it in). When the header
+// is right but the mapping fails, result is Missing and map_error says why:
+// the caller may still read the file.
+PackCacheMap map_pack_cache(const std::string& path, const PackCacheKey& key, size_t bytes, ThreadPool& pool);
 
 // Writes `bytes` at `data` as the cache file `path` for `key` (a temporary
 // file renamed into place, so readers never see half a file; the directory
