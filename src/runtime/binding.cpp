@@ -456,15 +456,15 @@ BoundModel bind_model(const CompiledModel& model, const gguf::File& file, bool r
     key = pack_cache_key(model, plan, b, pool);
     cache_path = pack_cache_dir + "/" + key.hex() + ".lumenpack";
     if (map_pack_cache_file) {
-      // Mapped in place when intact and on 2 MiB pages (nearly all of it:
-      // weights on 4 KiB pages cost decode 8-13%); else read as below.
+      // Mapped in place when intact and (mostly) on 2 MiB pages: weights on
+      // 4 KiB pages cost decode 8-13%. Else read as below.
       PackCacheMap m = map_pack_cache(cache_path, key, total, pool);
       const size_t want_huge = huge_page_bytes(total);
-      if (m.result == PackCacheRead::Hit && m.huge_bytes * 10 >= want_huge * 9) {
+      if (m.result == PackCacheRead::Hit && mostly_huge(m, total)) {
         // The kernels only read the packed bytes; the mapping is read-only.
         finish_hit(std::const_pointer_cast<uint8_t>(m.data), cache_path);
         b.pack_cache_how = "mapped, " + std::to_string(want_huge == 0 ? 100 : m.huge_bytes * 100 / want_huge) +
-                           "% on 2 MiB pages";
+                           "% on 2 MiB pages" + (m.reread ? " (page cache read again)" : "");
         return b;
       }
       if (m.result == PackCacheRead::Hit)

@@ -44,7 +44,12 @@ struct Header {
   uint64_t key_lo, key_hi;
   uint64_t packed_bytes;
   uint64_t checksum;
+  uint32_t flags;  // kHugeFolios
 };
+// Set when, right after writing, the page cache held the file in 2 MiB folios
+// (this kernel and filesystem can), so a mapping on small pages means they
+// were evicted and read back small, which reading them again repairs.
+constexpr uint32_t kHugeFolios = 1;
 static_assert(sizeof(Header) <= kHeaderPageBytes);
 
 constexpr uint64_t kP1 = 0x9E3779B185EBCA87ull, kP2 = 0xC2B2AE3D27D4EB4Full, kP3 = 0x165667B19E3779F9ull;
@@ -136,6 +141,26 @@ size_t file_pmd_mapped(const void* start) {
   return 0;
 }
 
+// Whether the first 2 MiB of packed bytes in the open file `fd` (just
+// written, so in the page cache) map on a 2 MiB page.
+bool page_cache_has_huge_folios(int fd) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || uint64_t(st.st_size) < kHeaderBytes + kHugePage) return false;
+  void* reserve = mmap(nullptr, 2 * kHugePage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (reserve == MAP_FAILED) return false;
+  const auto base = reinterpret_cast<uintptr_t>(reserve);
+  void* start = reinterpret_cast<void*>((base + kHugePage - 1) & ~uintptr_t(kHugePage - 1));
+  bool huge = false;
+  if (mmap(start, kHugePage, PROT_READ, MAP_SHARED | MAP_FIXED, fd, off_t(kHeaderBytes)) != MAP_FAILED) {
+    madvise(start, kHugePage, MADV_HUGEPAGE);
+    volatile uint8_t touch = *static_cast<const volatile uint8_t*>(start);
+    (void)touch;
+    huge = file_pmd_mapped(start) > 0;
+  }
+  munmap(reserve, 2 * kHugePage);
+  return huge;
+}
+
 }  // namespace
 
 size_t huge_page_bytes(size_t bytes) { return bytes / kHugePage * kHugePage; }
@@ -219,19 +244,12 @@ PackCacheRead read_pack_cache(const std::string& path, const PackCacheKey& key, 
   return PackCacheRead::Hit;
 }
 
-PackCacheMap map_pack_cache(const std::string& path, const PackCacheKey& key, size_t bytes, ThreadPool& pool) {
+namespace {
+
+// Maps the packed bytes of the open cache file `fd` (header `h` already
+// checked) at a 2 MiB-aligned address and checks them against h.checksum.
+PackCacheMap map_and_check(int fd, const std::string& path, const Header& h, size_t bytes, ThreadPool& pool) {
   PackCacheMap m;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return m;
-  FdCloser closer{fd};
-  Header h{};
-  m.result = check_header(fd, key, bytes, h);
-  if (m.result != PackCacheRead::Hit) return m;
-  m.result = PackCacheRead::Missing;
-  if (bytes == 0) {
-    m.map_error = "nothing to map";
-    return m;
-  }
   // Reserve 2 MiB more than the mapping, place it at the first 2 MiB
   // boundary inside, and give the rest back.
   const size_t page = size_t(sysconf(_SC_PAGESIZE));
@@ -252,7 +270,7 @@ PackCacheMap map_pack_cache(const std::string& path, const PackCacheKey& key, si
   }
   if (start > base) munmap(reserve, start - base);
   if (end > start + map_bytes) munmap(reinterpret_cast<void*>(start + map_bytes), end - (start + map_bytes));
-  // Pages read back in after eviction come as 2 MiB folios too (advice only:
+  // Pages read in through this mapping come as 2 MiB folios (advice only:
   // kernels without file huge pages map 4 KiB pages, which the caller sees).
   madvise(mapped, map_bytes, MADV_HUGEPAGE);
   const auto* data = static_cast<const uint8_t*>(mapped);
@@ -274,6 +292,37 @@ PackCacheMap map_pack_cache(const std::string& path, const PackCacheKey& key, si
   return m;
 }
 
+}  // namespace
+
+bool mostly_huge(const PackCacheMap& m, size_t bytes) { return m.huge_bytes * 10 >= huge_page_bytes(bytes) * 9; }
+
+PackCacheMap map_pack_cache(const std::string& path, const PackCacheKey& key, size_t bytes, ThreadPool& pool) {
+  PackCacheMap m;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return m;
+  FdCloser closer{fd};
+  Header h{};
+  m.result = check_header(fd, key, bytes, h);
+  if (m.result != PackCacheRead::Hit) return m;
+  if (bytes == 0) {
+    m.result = PackCacheRead::Missing;
+    m.map_error = "nothing to map";
+    return m;
+  }
+  m = map_and_check(fd, path, h, bytes, pool);
+  // Too few 2 MiB pages, where the page cache held this file in 2 MiB folios
+  // once: part of it was evicted and read back in small ones (by read()).
+  // Drop the pages no one maps and read them again through the huge-page
+  // mapping, which brings them in as 2 MiB folios. Where it never did (an
+  // older kernel, another filesystem), reading again would not help.
+  if (m.result != PackCacheRead::Hit || mostly_huge(m, bytes) || (h.flags & kHugeFolios) == 0) return m;
+  m = {};
+  posix_fadvise(fd, off_t(kHeaderBytes), off_t(bytes), POSIX_FADV_DONTNEED);
+  m = map_and_check(fd, path, h, bytes, pool);
+  m.reread = true;
+  return m;
+}
+
 std::string write_pack_cache(const std::string& path, const PackCacheKey& key, const uint8_t* data, size_t bytes,
                              ThreadPool& pool) {
   namespace fs = std::filesystem;
@@ -282,7 +331,7 @@ std::string write_pack_cache(const std::string& path, const PackCacheKey& key, c
   if (target.has_parent_path()) fs::create_directories(target.parent_path(), ec);
   if (ec) return "cannot create " + target.parent_path().string() + ": " + ec.message();
   const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return "cannot create " + tmp + ": " + std::strerror(errno);
   Header h{};
   std::memcpy(h.magic, kMagic, sizeof kMagic);
@@ -299,6 +348,7 @@ std::string write_pack_cache(const std::string& path, const PackCacheKey& key, c
     if (!write_all(fd, data + begin, n, off_t(kHeaderBytes + begin))) failed = true;
   });
   h.checksum = fold(piece, bytes, 0);
+  if (!failed && page_cache_has_huge_folios(fd)) h.flags |= kHugeFolios;
   std::vector<uint8_t> head(kHeaderPageBytes, 0);
   std::memcpy(head.data(), &h, sizeof h);
   const bool ok = !failed && write_all(fd, head.data(), head.size(), 0);

@@ -3,6 +3,7 @@
 // (never trusted); a mapping that fails is reported so the caller reads the
 // file; a Session misses, then hits (mapped, or read when asked), rebuilds a
 // corrupt or stale file, and computes the same logits in every case.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -138,6 +139,43 @@ TEST(PackCache, MappedFileIsBitIdenticalAlignedAndCheckedLikeARead) {
   fs::copy_file(path, copy);
   fs::resize_file(copy, fs::file_size(copy) - 1);
   EXPECT_EQ(map_pack_cache(copy.string(), key, data.size(), pool).result, PackCacheRead::Corrupt);
+  fs::remove_all(dir);
+}
+
+// Where the page cache holds a freshly written file in 2 MiB folios, a file
+// evicted and read back 4 KiB at a time (as read() does) maps on 2 MiB pages
+// again: map_pack_cache drops and rereads it. Elsewhere it still maps and
+// hits, on whatever pages there are.
+TEST(PackCache, MappingRepairsAPageCacheReadBackInSmallPieces) {
+  const fs::path dir = fresh_dir("reread");
+  const std::string path = (dir / "x.lumenpack").string();
+  const std::vector<uint8_t> data = random_bytes((size_t(8) << 20) + 100, 5);
+  const PackCacheKey key{77, 88};
+  ThreadPool pool(2);
+  ASSERT_EQ(write_pack_cache(path, key, data.data(), data.size(), pool), "");
+  PackCacheMap m = map_pack_cache(path, key, data.size(), pool);
+  ASSERT_EQ(m.result, PackCacheRead::Hit);
+  const bool page_cache_has_huge_folios = mostly_huge(m, data.size());
+  m = {};
+
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  fsync(fd);
+  posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+  std::vector<uint8_t> page(4096);
+  for (off_t at = 0; pread(fd, page.data(), page.size(), at) > 0; at += off_t(page.size())) {
+  }
+  ::close(fd);
+
+  m = map_pack_cache(path, key, data.size(), pool);
+  ASSERT_EQ(m.result, PackCacheRead::Hit);
+  EXPECT_EQ(std::memcmp(m.data.get(), data.data(), data.size()), 0);
+  if (page_cache_has_huge_folios) {
+    EXPECT_TRUE(m.reread);
+    EXPECT_TRUE(mostly_huge(m, data.size())) << m.huge_bytes;
+  }
+  m = {};
   fs::remove_all(dir);
 }
 
