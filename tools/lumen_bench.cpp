@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
       "Example: lumen-bench model.so --gguf model.gguf -p 128,512 -n 128 -t 1,2 -r 5"};
   std::string so_path, gguf_path, p_list = "512", n_list = "128", t_list, format = "md";
   int reps = 5;
-  bool profile = false, no_pack_cache = false;
+  bool profile = false, no_pack_cache = false, pack_cache_read = false;
   std::string kv = "f16";
   app.add_option("model", so_path, "model.so written by `lumenc compile`")->required();
   app.add_option("--gguf", gguf_path, "GGUF weights")->required();
@@ -176,6 +176,8 @@ int main(int argc, char** argv) {
   app.add_option("--kv", kv, "KV cache type")->check(CLI::IsMember({"f16", "f32"}));
   app.add_flag("--profile", profile, "after the table, profile one pp and one tg run per op and kernel");
   app.add_flag("--no-pack-cache", no_pack_cache, "repack the weights instead of using the packed-weight cache");
+  app.add_flag("--pack-cache-read", pack_cache_read,
+               "read the packed-weight cache into memory instead of mapping the file in place");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -201,6 +203,7 @@ int main(int argc, char** argv) {
       std::mt19937 rng(1234);
       std::string model_desc, model_size, params;
       double load_s = 0, pack_s = 0;  // of the first session: what a user waits before the first token
+      std::string pack_cache;         // its pack cache status: off, miss, ..., or hit and whether mapped or read
       if (threads.empty()) threads.push_back(0);
       for (int64_t t : threads) {
         lumen::runtime::SessionOptions opt;
@@ -209,6 +212,7 @@ int main(int argc, char** argv) {
         opt.n_ctx = ((max_p + max_n + 31) / 32) * 32;  // as llama-bench: prompt + generation, padded to 32
         opt.kv_type = kv == "f32" ? lumen::runtime::KvType::F32 : lumen::runtime::KvType::F16;
         if (!no_pack_cache) opt.pack_cache_dir = lumen::runtime::default_pack_cache_dir();
+        opt.map_pack_cache = !pack_cache_read;
         Session s(model, gguf_path, opt);
         const int nt = s.n_threads();
         const double bw = lumen::measure_read_bandwidth(size_t(1) << 30, nt, 5);
@@ -224,9 +228,10 @@ int main(int argc, char** argv) {
           params = n_params >= 1e9 ? fmt::format("{:.2f} B", n_params / 1e9) : fmt::format("{:.2f} M", n_params / 1e6);
           load_s = s.load_stats().load_seconds;
           pack_s = s.load_stats().pack_seconds;
+          const auto& ls = s.load_stats();
+          pack_cache = ls.pack_cache + (ls.pack_cache_how.empty() ? "" : ", " + ls.pack_cache_how);
           std::fprintf(stderr, "lumen-bench: load %.2f s (pack %.2f s, %s packed, pack cache %s), target %s\n", load_s,
-                       pack_s, human_size(double(s.load_stats().packed_bytes)).c_str(),
-                       s.load_stats().pack_cache.c_str(), model->target.c_str());
+                       pack_s, human_size(double(ls.packed_bytes)).c_str(), pack_cache.c_str(), model->target.c_str());
         }
         for (int64_t p : prompts) {
           if (p == 0) continue;
@@ -282,10 +287,11 @@ int main(int argc, char** argv) {
               "\"threads\": %d, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"samples_ts\": [%s], "
               "\"bandwidth_gbs\": %.3f, \"bytes_per_token\": %.0f, \"ceiling_ts\": %.4f, \"gops\": %.3f, "
               "\"int8_peak_gops\": %.3f, \"ceiling_pct\": %.2f, \"load_s\": %.3f, \"pack_s\": %.3f, "
-              "\"peak_rss_mib\": %.1f}%s\n",
+              "\"pack_cache_mapped\": %s, \"peak_rss_mib\": %.1f}%s\n",
               model_desc.c_str(), model->target.c_str(), r.test.c_str(), (long long)r.n_prompt, (long long)r.n_gen,
               r.threads, r.mean, r.sd, samples.c_str(), r.bandwidth_gbs, r.bytes_per_token, r.ceiling_ts, r.gops,
-              r.int8_peak_gops, r.ceiling_pct(), load_s, pack_s, double(ru.ru_maxrss) / 1024.0,
+              r.int8_peak_gops, r.ceiling_pct(), load_s, pack_s,
+              pack_cache.rfind("hit, mapped", 0) == 0 ? "true" : "false", double(ru.ru_maxrss) / 1024.0,
               i + 1 < rows.size() ? "," : "");
         }
         std::printf("]\n");
@@ -302,7 +308,8 @@ int main(int argc, char** argv) {
                       model_size.c_str(), params.c_str(), model->target.c_str(), r.threads, r.test.c_str(), r.mean,
                       r.sd, r.bandwidth_gbs, roof.c_str());
         }
-        std::printf("\nload %.2f s (pack %.2f s), peak RSS %.1f MiB\n", load_s, pack_s, double(ru.ru_maxrss) / 1024.0);
+        std::printf("\nload %.2f s (pack %.2f s, pack cache %s), peak RSS %.1f MiB\n", load_s, pack_s,
+                    pack_cache.c_str(), double(ru.ru_maxrss) / 1024.0);
       }
 
       if (profile) {
@@ -312,6 +319,7 @@ int main(int argc, char** argv) {
         opt.n_ctx = ((max_p + std::max<int64_t>(max_n, 1) + 31) / 32) * 32;
         opt.profile = true;
         if (!no_pack_cache) opt.pack_cache_dir = lumen::runtime::default_pack_cache_dir();
+        opt.map_pack_cache = !pack_cache_read;
         Session s(model, gguf_path, opt);
         run_pp(s, random_tokens(rng, max_p, s.n_vocab()));
         std::fprintf(stderr, "\nprofile: pp%lld, %d threads\n%s", (long long)max_p, s.n_threads(),

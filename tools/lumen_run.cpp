@@ -60,7 +60,7 @@ struct Options {
   std::string kv = "f16";
   lumen::SamplerParams sampling;
   std::vector<std::string> stops;
-  bool chat = false, interactive = false, profile = false, no_pack_cache = false;
+  bool chat = false, interactive = false, profile = false, no_pack_cache = false, pack_cache_read = false;
 };
 
 struct RunError : std::runtime_error {
@@ -345,6 +345,7 @@ int run(const Options& o) {
   so.kv_type = o.kv == "f32" ? lumen::runtime::KvType::F32 : lumen::runtime::KvType::F16;
   so.profile = o.profile;
   if (!o.no_pack_cache) so.pack_cache_dir = lumen::runtime::default_pack_cache_dir();
+  so.map_pack_cache = !o.pack_cache_read;
   lumen::runtime::Session session(model, o.gguf_path, so);
   lumen::Tokenizer tok = lumen::Tokenizer::from_gguf(session.gguf());
   const double load_seconds = std::chrono::duration<double>(Clock::now() - load_start).count();
@@ -405,7 +406,8 @@ int run(const Options& o) {
   std::fprintf(stderr,
                "\nlumen-run: load %.2f s (packing %.2f s, %.0f MiB packed, pack cache %s) | %d threads, %s, seed %u\n"
                "lumen-run: prompt %lld tokens, %.2f tok/s | generated %lld tokens, %.2f tok/s\n",
-               load_seconds, ls.pack_seconds, static_cast<double>(ls.packed_bytes) / (1 << 20), ls.pack_cache.c_str(),
+               load_seconds, ls.pack_seconds, static_cast<double>(ls.packed_bytes) / (1 << 20),
+               (ls.pack_cache + (ls.pack_cache_how.empty() ? "" : ", " + ls.pack_cache_how)).c_str(),
                session.n_threads(),
                model->target.c_str(), runner.sampler().seed(), static_cast<long long>(st.prompt_tokens),
                st.prefill_seconds > 0 ? static_cast<double>(st.prompt_tokens) / st.prefill_seconds : 0.0,
@@ -459,6 +461,8 @@ int main(int argc, char** argv) {
   app.add_flag("--no-pack-cache", o.no_pack_cache,
                "repack the weights instead of using the packed-weight cache (LUMEN_CACHE_DIR, else "
                "$XDG_CACHE_HOME/lumen or ~/.cache/lumen)");
+  app.add_flag("--pack-cache-read", o.pack_cache_read,
+               "read the packed-weight cache into memory instead of mapping the file in place");
 
   try {
     app.parse(argc, argv);

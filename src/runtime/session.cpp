@@ -804,7 +804,8 @@ Session::Session(std::shared_ptr<const CompiledModel> model, const std::string& 
   }
   s.n_threads = options.n_threads == 0 ? physical_cores() : options.n_threads;
   s.pool = std::make_unique<ThreadPool>(s.n_threads);
-  s.bound = bind_model(*s.model, *s.file, /*release_file_pages=*/true, *s.pool, options.pack_cache_dir);
+  s.bound = bind_model(*s.model, *s.file, /*release_file_pages=*/true, *s.pool, options.pack_cache_dir,
+                       options.map_pack_cache);
   const program::Program& p = s.program();
 
   s.n_ctx = options.n_ctx == 0 ? std::min<int64_t>(4096, s.bound.n_ctx_train) : options.n_ctx;
@@ -862,6 +863,7 @@ Session::Session(std::shared_ptr<const CompiledModel> model, const std::string& 
   s.stats.packed_bytes = s.bound.packed_bytes;
   s.stats.pack_seconds = s.bound.pack_seconds;
   s.stats.pack_cache = s.bound.pack_cache;
+  s.stats.pack_cache_how = s.bound.pack_cache_how;
   s.stats.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 

@@ -1,11 +1,15 @@
-// The packed-weight cache: a written file reads back bit for bit; a missing,
-// truncated, bit-flipped or foreign-key file is reported as such (never
-// trusted); a Session misses, then hits, rebuilds a corrupt or stale file,
-// and computes the same logits in every case.
+// The packed-weight cache: a written file reads back, and maps, bit for bit;
+// a missing, truncated, bit-flipped or foreign-key file is reported as such
+// (never trusted); a mapping that fails is reported so the caller reads the
+// file; a Session misses, then hits (mapped, or read when asked), rebuilds a
+// corrupt or stale file, and computes the same logits in every case.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -80,7 +84,7 @@ TEST(PackCache, WrittenFileReadsBackAndBadFilesAreNotTrusted) {
   // A flipped bit in the packed bytes, a truncated file, a foreign header: corrupt.
   const fs::path copy = dir / "copy.lumenpack";
   fs::copy_file(path, copy);
-  flip_byte(copy, 4096 + 3 * 1000 * 1000);
+  flip_byte(copy, (2 << 20) + 3 * 1000 * 1000);
   EXPECT_EQ(read_pack_cache(copy.string(), key, out.data(), out.size(), pool), PackCacheRead::Corrupt);
   fs::remove(copy);
   fs::copy_file(path, copy);
@@ -96,6 +100,130 @@ TEST(PackCache, WrittenFileReadsBackAndBadFilesAreNotTrusted) {
   // A directory that cannot be created is reported, not thrown.
   std::ofstream(dir / "file") << "x";
   EXPECT_NE(write_pack_cache((dir / "file" / "y.lumenpack").string(), key, data.data(), data.size(), pool), "");
+  fs::remove_all(dir);
+}
+
+TEST(PackCache, MappedFileIsBitIdenticalAlignedAndCheckedLikeARead) {
+  const fs::path dir = fresh_dir("map");
+  const std::string path = (dir / "x.lumenpack").string();
+  // Four whole 2 MiB pages and a ragged tail.
+  const std::vector<uint8_t> data = random_bytes((size_t(8) << 20) + 100, 3);
+  const PackCacheKey key{33, 44};
+  ThreadPool pool(2);
+
+  PackCacheMap m = map_pack_cache(path, key, data.size(), pool);
+  EXPECT_EQ(m.result, PackCacheRead::Missing);
+  EXPECT_EQ(m.map_error, "");
+  EXPECT_EQ(m.data, nullptr);
+  ASSERT_EQ(write_pack_cache(path, key, data.data(), data.size(), pool), "");
+  EXPECT_EQ(fs::file_size(path), (size_t(2) << 20) + data.size());  // the packed bytes start at 2 MiB
+
+  m = map_pack_cache(path, key, data.size(), pool);
+  ASSERT_EQ(m.result, PackCacheRead::Hit) << m.map_error;
+  ASSERT_NE(m.data, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(m.data.get()) % (size_t(2) << 20), 0u);  // huge pages can line up
+  EXPECT_EQ(std::memcmp(m.data.get(), data.data(), data.size()), 0);
+  EXPECT_EQ(huge_page_bytes(data.size()), size_t(8) << 20);
+  EXPECT_LE(m.huge_bytes, huge_page_bytes(data.size()));
+  m = {};  // unmapped
+
+  EXPECT_EQ(map_pack_cache(path, PackCacheKey{33, 45}, data.size(), pool).result, PackCacheRead::Stale);
+  EXPECT_EQ(map_pack_cache(path, key, data.size() - 1, pool).result, PackCacheRead::Stale);
+  const fs::path copy = dir / "copy.lumenpack";
+  fs::copy_file(path, copy);
+  flip_byte(copy, std::streamoff(fs::file_size(copy) - 7));  // in the ragged tail
+  m = map_pack_cache(copy.string(), key, data.size(), pool);
+  EXPECT_EQ(m.result, PackCacheRead::Corrupt);
+  EXPECT_EQ(m.data, nullptr);
+  fs::remove(copy);
+  fs::copy_file(path, copy);
+  fs::resize_file(copy, fs::file_size(copy) - 1);
+  EXPECT_EQ(map_pack_cache(copy.string(), key, data.size(), pool).result, PackCacheRead::Corrupt);
+  fs::remove_all(dir);
+}
+
+// Where the page cache holds a freshly written file in 2 MiB folios, a file
+// evicted and read back 4 KiB at a time (as read() does) maps on 2 MiB pages
+// again: map_pack_cache drops and rereads it. Elsewhere it still maps and
+// hits, on whatever pages there are.
+TEST(PackCache, MappingRepairsAPageCacheReadBackInSmallPieces) {
+  const fs::path dir = fresh_dir("reread");
+  const std::string path = (dir / "x.lumenpack").string();
+  const std::vector<uint8_t> data = random_bytes((size_t(8) << 20) + 100, 5);
+  const PackCacheKey key{77, 88};
+  ThreadPool pool(2);
+  ASSERT_EQ(write_pack_cache(path, key, data.data(), data.size(), pool), "");
+  PackCacheMap m = map_pack_cache(path, key, data.size(), pool);
+  ASSERT_EQ(m.result, PackCacheRead::Hit);
+  const bool page_cache_has_huge_folios = mostly_huge(m, data.size());
+  m = {};
+
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  fsync(fd);
+  posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+  std::vector<uint8_t> page(4096);
+  for (off_t at = 0; pread(fd, page.data(), page.size(), at) > 0; at += off_t(page.size())) {
+  }
+  ::close(fd);
+
+  m = map_pack_cache(path, key, data.size(), pool);
+  ASSERT_EQ(m.result, PackCacheRead::Hit);
+  EXPECT_EQ(std::memcmp(m.data.get(), data.data(), data.size()), 0);
+  if (page_cache_has_huge_folios) {
+    EXPECT_TRUE(m.reread);
+    EXPECT_TRUE(mostly_huge(m, data.size())) << m.huge_bytes;
+  }
+  m = {};
+  fs::remove_all(dir);
+}
+
+// mmap refused (here: no address space left, in a child process) is reported
+// with why, not thrown or crashed on, and the file still reads.
+#if defined(__SANITIZE_ADDRESS__)
+#define LUMEN_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LUMEN_UNDER_ASAN 1
+#endif
+#endif
+TEST(PackCache, FailedMappingIsReportedAndTheFileStillReads) {
+#ifdef LUMEN_UNDER_ASAN
+  GTEST_SKIP() << "the sanitizer's own mappings need the address space this test takes away";
+#endif
+  const fs::path dir = fresh_dir("nomap");
+  const std::string path = (dir / "x.lumenpack").string();
+  const std::vector<uint8_t> data = random_bytes((size_t(16) << 20) + 5, 4);
+  const PackCacheKey key{55, 66};
+  {
+    ThreadPool pool(1);
+    ASSERT_EQ(write_pack_cache(path, key, data.data(), data.size(), pool), "");
+  }
+  EXPECT_EXIT(
+      {
+        ThreadPool pool(1);
+        std::vector<uint8_t> out(data.size());
+        std::string why;
+        why.reserve(4096);
+        // Address space for small allocations only: the 18 MiB reservation fails.
+        rlimit limit{};
+        getrlimit(RLIMIT_AS, &limit);
+        std::ifstream status("/proc/self/status");
+        std::string line;
+        size_t vm_kb = 0;
+        while (std::getline(status, line))
+          if (std::sscanf(line.c_str(), "VmSize: %zu kB", &vm_kb) == 1) break;
+        limit.rlim_cur = rlim_t(vm_kb + 4096) << 10;
+        if (vm_kb == 0 || setrlimit(RLIMIT_AS, &limit) != 0) std::_Exit(3);
+        PackCacheMap m = map_pack_cache(path, key, data.size(), pool);
+        if (m.result != PackCacheRead::Missing || m.data != nullptr || m.map_error.empty()) std::_Exit(1);
+        if (read_pack_cache(path, key, out.data(), out.size(), pool) != PackCacheRead::Hit || out != data)
+          std::_Exit(2);
+        std::fprintf(stderr, "reported: %s\n", m.map_error.c_str());
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(0), "reported: cannot reserve address space");
   fs::remove_all(dir);
 }
 
@@ -128,9 +256,11 @@ TEST(PackCache, SessionMissesHitsAndRebuilds) {
   o.n_threads = 2;
   o.n_ctx = 64;
   const std::vector<int32_t> tokens = {1, 5, 9, 33, 2};
+  std::string how;  // mapped or read, on a hit
   auto logits = [&](const SessionOptions& opt, std::string* status) {
     Session s(model, testing::tiny_gguf(), opt);
     *status = s.load_stats().pack_cache;
+    how = s.load_stats().pack_cache_how;
     auto l = s.eval(tokens);
     return std::vector<float>(l.begin(), l.end());
   };
@@ -147,12 +277,26 @@ TEST(PackCache, SessionMissesHitsAndRebuilds) {
   EXPECT_EQ(files[0].extension(), ".lumenpack");
   EXPECT_EQ(logits(o, &status), want);
   EXPECT_EQ(status, "hit");
+  EXPECT_EQ(how.rfind("mapped, ", 0), 0u) << how;  // tiny weights: no whole 2 MiB page to miss
+  o.map_pack_cache = false;
+  EXPECT_EQ(logits(o, &status), want);
+  EXPECT_EQ(status, "hit");
+  EXPECT_EQ(how, "read");
+  o.map_pack_cache = true;
 
   flip_byte(files[0], std::streamoff(fs::file_size(files[0]) - 100));
   EXPECT_EQ(logits(o, &status), want);
   EXPECT_EQ(status, "corrupt");
   EXPECT_EQ(logits(o, &status), want);
   EXPECT_EQ(status, "hit");  // rebuilt
+  EXPECT_EQ(how.rfind("mapped, ", 0), 0u) << how;
+  o.map_pack_cache = false;  // the read path rejects a corrupt file too
+  flip_byte(files[0], std::streamoff(fs::file_size(files[0]) - 100));
+  EXPECT_EQ(logits(o, &status), want);
+  EXPECT_EQ(status, "corrupt");
+  EXPECT_EQ(logits(o, &status), want);
+  EXPECT_EQ(status, "hit");
+  o.map_pack_cache = true;
 
   flip_byte(files[0], 16);  // key_lo in the header: a file made for other contents
   EXPECT_EQ(logits(o, &status), want);

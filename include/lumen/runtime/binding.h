@@ -48,6 +48,7 @@ struct BoundModel {
   double pack_seconds = 0;         // packing, or reading the pack cache (key hashing included)
   std::string pack_cache = "off";  // off, hit, miss, corrupt or stale (the last three rebuild it)
   std::string pack_cache_path;     // the cache file read or written ("" if none)
+  std::string pack_cache_how;      // on a hit: "mapped, N% on 2 MiB pages", or "read" and why not mapped
 
   // The tensor of `weight` for `layer` (any layer for a global weight).
   const gguf::TensorInfo* tensor(int weight, int64_t layer) const {
@@ -55,7 +56,9 @@ struct BoundModel {
     return per_layer.size() == 1 ? per_layer[0] : per_layer[static_cast<size_t>(layer)];
   }
 
-  std::shared_ptr<uint8_t> packed_storage;  // one mapping, on huge pages where the kernel gives them
+  // One mapping, on huge pages where the kernel gives them: anonymous memory,
+  // or the pack cache file mapped read-only (never written through).
+  std::shared_ptr<uint8_t> packed_storage;
   std::vector<std::vector<float>> bias_storage;
 };
 
@@ -65,9 +68,11 @@ class ThreadPool;
 // for File::from_memory), the file pages of repacked weights are dropped.
 // Repacking runs on `pool`. With a pack_cache_dir, the packed weights are read
 // from its cache file for this model, target and GGUF contents when that file
-// is intact, and written there otherwise (pack_cache.h).
+// is intact, and written there otherwise (pack_cache.h). An intact file is
+// mapped in place when map_pack_cache_file and the mapping lands on 2 MiB
+// pages, else read into anonymous huge pages.
 BoundModel bind_model(const CompiledModel& model, const gguf::File& file, bool release_file_pages,
-                      ThreadPool& pool, const std::string& pack_cache_dir = "");
+                      ThreadPool& pool, const std::string& pack_cache_dir = "", bool map_pack_cache_file = true);
 
 // Resolves only the hparams (and runs the checks and the architecture test).
 std::vector<double> resolve_hparams(const program::Program& program, const gguf::File& file);

@@ -27,6 +27,9 @@ struct SessionOptions {
   // Packed-weight cache directory ("" = none: repack on every load); the
   // tools pass default_pack_cache_dir() (pack_cache.h) unless --no-pack-cache.
   std::string pack_cache_dir;
+  // Map an intact cache file in place (when it lands on 2 MiB pages) rather
+  // than read it into anonymous memory; false reads it (--pack-cache-read).
+  bool map_pack_cache = true;
   int n_seq = 1;            // KV slots: sequences step() can advance together (each n_ctx long)
 };
 
@@ -47,6 +50,7 @@ struct LoadStats {
   double load_seconds = 0;     // opening, checking and binding, packing included
   double pack_seconds = 0;     // repacking matmul weights (or reading them from the pack cache)
   std::string pack_cache = "off";  // off, hit, miss, corrupt or stale (see BoundModel)
+  std::string pack_cache_how;      // on a hit: mapped or read, and why (see BoundModel)
   uint64_t packed_bytes = 0;   // size of the repacked weights
   uint64_t kv_bytes = 0;       // size of the KV cache
   uint64_t arena_bytes = 0;    // activation arena
