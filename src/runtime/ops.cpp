@@ -289,77 +289,60 @@ template <int64_t kRowsT, int64_t kPanelT, int64_t kDims>
 struct Avx2BlockTilesT {
   static constexpr int64_t kRows = kRowsT, kPanel = kPanelT;
 
-  template <int64_t kTileRows>
-  __attribute__((target("avx2,fma,f16c"))) static void score_tile(const float* q, const float* kt, int64_t hd,
-                                                                  int64_t tile_keys, float* s, int64_t s_stride) {
-    constexpr int64_t kVecs = kPanel / 8;
-    for (int64_t p0 = 0; p0 < tile_keys; p0 += kPanel) {
-      const float* panel = kt + p0 * hd;
-      __m256 acc[kTileRows][kVecs];
+  // Both products are the same micro-GEMM: for kTileRows rows r and kVecs
+  // vectors v, out[r][8v..] = sum over i < depth of a[r * a_stride + i] *
+  // b[i * b_stride + 8v..] (scores: a = q, b = a K panel; output: a = the
+  // probabilities, b = V rows).
+  template <int64_t kTileRows, int64_t kVecs>
+  __attribute__((target("avx2,fma,f16c"))) static void broadcast_fma_tile(const float* a, int64_t a_stride,
+                                                                         const float* b, int64_t b_stride,
+                                                                         int64_t depth, float* const* out) {
+    __m256 acc[kTileRows][kVecs];
 #pragma GCC unroll 16
-      for (int64_t r = 0; r < kTileRows; ++r)
+    for (int64_t r = 0; r < kTileRows; ++r)
 #pragma GCC unroll 16
-        for (int64_t v = 0; v < kVecs; ++v) acc[r][v] = _mm256_setzero_ps();
-      for (int64_t d = 0; d < hd; ++d) {
-        __m256 k[kVecs];
+      for (int64_t v = 0; v < kVecs; ++v) acc[r][v] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < depth; ++i) {
+      __m256 bv[kVecs];
 #pragma GCC unroll 16
-        for (int64_t v = 0; v < kVecs; ++v) k[v] = _mm256_loadu_ps(panel + d * kPanel + 8 * v);
+      for (int64_t v = 0; v < kVecs; ++v) bv[v] = _mm256_loadu_ps(b + i * b_stride + 8 * v);
 #pragma GCC unroll 16
-        for (int64_t r = 0; r < kTileRows; ++r) {
-          const __m256 qv = _mm256_broadcast_ss(q + r * hd + d);
+      for (int64_t r = 0; r < kTileRows; ++r) {
+        const __m256 av = _mm256_broadcast_ss(a + r * a_stride + i);
 #pragma GCC unroll 16
-          for (int64_t v = 0; v < kVecs; ++v) acc[r][v] = _mm256_fmadd_ps(qv, k[v], acc[r][v]);
-        }
+        for (int64_t v = 0; v < kVecs; ++v) acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
       }
-#pragma GCC unroll 16
-      for (int64_t r = 0; r < kTileRows; ++r)
-#pragma GCC unroll 16
-        for (int64_t v = 0; v < kVecs; ++v) _mm256_storeu_ps(s + r * s_stride + p0 + 8 * v, acc[r][v]);
     }
+#pragma GCC unroll 16
+    for (int64_t r = 0; r < kTileRows; ++r)
+#pragma GCC unroll 16
+      for (int64_t v = 0; v < kVecs; ++v) _mm256_storeu_ps(out[r] + 8 * v, acc[r][v]);
   }
 
   static void scores(int64_t rows, const float* q, const float* kt, int64_t hd, int64_t tile_keys, float* s,
                      int64_t s_stride) {
-    with_tile_rows<kRows>(rows, [&](auto tile_rows) { score_tile<decltype(tile_rows)::value>(q, kt, hd, tile_keys, s, s_stride); });
-  }
-
-  // kLanes vectors of output dims from d0 for kTileRows rows.
-  template <int64_t kTileRows, int64_t kLanes>
-  __attribute__((target("avx2,fma,f16c"))) static void output_tile(const float* p, int64_t p_stride, const float* vf,
-                                                                   int64_t hd, int64_t d0, int64_t tile_keys,
-                                                                   float* const* out) {
-    __m256 acc[kTileRows][kLanes];
-#pragma GCC unroll 16
-    for (int64_t r = 0; r < kTileRows; ++r)
-#pragma GCC unroll 16
-      for (int64_t l = 0; l < kLanes; ++l) acc[r][l] = _mm256_setzero_ps();
-    for (int64_t k = 0; k < tile_keys; ++k) {
-      const float* v = vf + k * hd + d0;
-      __m256 vv[kLanes];
-#pragma GCC unroll 16
-      for (int64_t l = 0; l < kLanes; ++l) vv[l] = _mm256_loadu_ps(v + 8 * l);
-#pragma GCC unroll 16
-      for (int64_t r = 0; r < kTileRows; ++r) {
-        const __m256 pv = _mm256_broadcast_ss(p + r * p_stride + k);
-#pragma GCC unroll 16
-        for (int64_t l = 0; l < kLanes; ++l) acc[r][l] = _mm256_fmadd_ps(pv, vv[l], acc[r][l]);
+    with_tile_rows<kRows>(rows, [&](auto tile_rows) {
+      constexpr int64_t kTileRows = decltype(tile_rows)::value;
+      for (int64_t p0 = 0; p0 < tile_keys; p0 += kPanel) {
+        float* out[kTileRows];
+        for (int64_t r = 0; r < kTileRows; ++r) out[r] = s + r * s_stride + p0;
+        broadcast_fma_tile<kTileRows, kPanel / 8>(q, hd, kt + p0 * hd, kPanel, hd, out);
       }
-    }
-#pragma GCC unroll 16
-    for (int64_t r = 0; r < kTileRows; ++r)
-#pragma GCC unroll 16
-      for (int64_t l = 0; l < kLanes; ++l) _mm256_storeu_ps(out[r] + d0 + 8 * l, acc[r][l]);
+    });
   }
 
   static void outputs(int64_t rows, const float* p, int64_t p_stride, const float* vf, int64_t hd,
                       int64_t tile_keys, float* const* out) {
     with_tile_rows<kRows>(rows, [&](auto tile_rows) {
+      constexpr int64_t kTileRows = decltype(tile_rows)::value;
       for (int64_t d0 = 0; d0 < hd; d0 += kDims) {
+        float* dims[kTileRows];
+        for (int64_t r = 0; r < kTileRows; ++r) dims[r] = out[r] + d0;
         if (hd - d0 >= kDims)
-          output_tile<decltype(tile_rows)::value, kDims / 8>(p, p_stride, vf, hd, d0, tile_keys, out);
+          broadcast_fma_tile<kTileRows, kDims / 8>(p, p_stride, vf + d0, hd, tile_keys, dims);
         else  // the last dims, a multiple of 8 narrower than kDims
           with_tile_rows<kDims / 8>((hd - d0) / 8, [&](auto lanes) {
-            output_tile<decltype(tile_rows)::value, decltype(lanes)::value>(p, p_stride, vf, hd, d0, tile_keys, out);
+            broadcast_fma_tile<kTileRows, decltype(lanes)::value>(p, p_stride, vf + d0, hd, tile_keys, dims);
           });
       }
     });
