@@ -46,7 +46,7 @@ static_assert(offsetof(MatMulArgs, k_blocks) == kArgKBlocks);
 static_assert(offsetof(ActBlock, sum) == 4 && offsetof(ActBlock, qs) == 8);
 
 // Stack frame of the kernel (bytes from rsp).
-// With fp32_acc_in_memory, the fp32 accumulators follow at kFloatAccs (32 B each).
+// With fp32_acc_in_memory, the fp32 accumulators follow at kFloatAccs (one vector each).
 constexpr int kMg = 0, kNt = 8, kGroupsTotal = 16, kGroupStride = 24, kTileStride = 32, kKEnd = 40,
               kXStrideBytes = 48, kChunk = 56, kChunkStart = 64, kChunkEnd = 72, kFloatAccs = 80;
 
@@ -87,9 +87,8 @@ class MatMulGenerator : public CodeGenerator {
   Xmm tmp_x() const { return vec(acc_regs() + 3); }
   Xmm ones() const { return vec(acc_regs() + 4); }
   Xmm zero() const { return vec(acc_regs() + 5); }
-  // The fp32 accumulator of pair a (in memory: its stack slot).
-  Xmm facc(int nacc, int a) const { return vec(nacc + a); }
   int vec_bytes() const { return avx512_ ? 64 : 32; }
+  // With fp32_acc_in_memory, the stack slot of accumulator pair a.
   Address facc_slot(int a) { return ptr[rsp + kFloatAccs + vec_bytes() * a]; }
   int frame_bytes() const { return kFloatAccs + (facc_mem_ ? vec_bytes() * max_acc() : 0); }
   // VNNI tiles of several groups broadcast each activation dword once into a
@@ -338,7 +337,6 @@ class MatMulGenerator : public CodeGenerator {
         for (int line = 0; line < kPackedBlockBytes; line += 64)
           prefetcht0(ptr[group_ptr_[i] + woff_ + int(shape_.prefetch_bytes) + line]);
     }
-    const int vec_bytes = avx512_ ? 64 : 32;
     for (int j = 0; j < kQ8Block / 4; ++j) {
       if (shape_.prefetch_bytes > 0 && !avx512_) {
         prefetch_line(64 * j);
@@ -351,7 +349,7 @@ class MatMulGenerator : public CodeGenerator {
       }
       for (int i = 0; i < pc; ++i) {
         for (int h = 0; h < halves_; ++h) {
-          const Address w_addr = ptr[group_ptr_[i] + woff_ + qoff + vec_bytes * h];
+          const Address w_addr = ptr[group_ptr_[i] + woff_ + qoff + vec_bytes() * h];
           const Xmm w = tmp_w();
           if (isa_ == Isa::AvxVnni) {
             vmovdqu(w, w_addr);

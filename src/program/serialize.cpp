@@ -218,6 +218,24 @@ struct Record {
   throw ParseError("line " + std::to_string(line) + ": " + message);
 }
 
+// The runtime calls a matmul's kernels by its row count (1, up to
+// kBatchMaxTokens, more) and never checks them: each must be of its kind and
+// have the op's epilogue.
+void check_schedule(int line, const Op& op) {
+  if (op.kind != OpKind::MatMul) return;
+  const MatMulSchedule& s = op.schedule;
+  const std::pair<const char*, std::pair<KernelId, KernelKind>> slots[] = {
+      {"decode_kernel", {s.decode_kernel, KernelKind::Gemv}},
+      {"batch_kernel", {s.batch_kernel, KernelKind::Batch}},
+      {"prefill_kernel", {s.prefill_kernel, KernelKind::Gemm}}};
+  for (const auto& [field, slot] : slots) {
+    const auto& [kernel, kind] = slot;
+    if (kernel.kind != kind || kernel.epilogue != op.epilogue)
+      fail(line, std::string(field) + " '" + to_string(kernel) + "' is not a " + to_string(kind) + " kernel with the op's epilogue '" +
+                     to_string(op.epilogue) + "'");
+  }
+}
+
 // Splits one line into its kind and key=value fields, unescaping quoted values.
 Record lex_line(std::string_view text, int line) {
   Record r;
@@ -639,6 +657,7 @@ Program deserialize(std::string_view text) {
   bool program_seen = false;
   for (const Record& r : records) {
     RecordReader rd(r, p, hparam_names, buffer_names, weight_names);
+    const Op* op_read = nullptr;  // the op of a pre/layer/post record
     if (r.kind == "buffer") continue;
     if (r.kind == "program") {
       if (program_seen) fail(r.line, "a second 'program' record");
@@ -687,6 +706,7 @@ Program deserialize(std::string_view text) {
     } else if (r.kind == "pre" || r.kind == "layer" || r.kind == "post") {
       std::vector<Op>& section = r.kind == "pre" ? p.pre : r.kind == "layer" ? p.layer : p.post;
       Op& op = section.emplace_back();
+      op_read = &op;
       op.kind = parse_enum<OpKind>(rd.need("op"), kOpKinds, program::to_string, r.line, "op");
       op.inputs = rd.view_list("in");
       op.output = rd.view_field("out");
@@ -697,8 +717,6 @@ Program deserialize(std::string_view text) {
         op.epilogue = parse_enum<Epilogue>(*e, kEpilogues, program::to_string, r.line, "epilogue");
       MatMulSchedule& s = op.schedule;
       s.decode_kernel = rd.kernel_field("decode_kernel", s.decode_kernel);
-      // Programs written before batch kernels existed name none: the runtime
-      // then finds no such kernel in the table and runs the prefill one.
       s.batch_kernel = rd.kernel_field("batch_kernel", KernelId::batch(op.epilogue));
       s.prefill_kernel = rd.kernel_field("prefill_kernel", s.prefill_kernel);
       s.rows_per_task = rd.integer("rows_per_task", s.rows_per_task);
@@ -724,6 +742,7 @@ Program deserialize(std::string_view text) {
       fail(r.line, "unknown record '" + r.kind + "'");
     }
     rd.finish();
+    if (op_read) check_schedule(r.line, *op_read);
   }
   if (!program_seen) fail(line_no, "missing the 'program' record");
   return p;

@@ -307,17 +307,13 @@ const Plan& Session::Impl::plan_for(int64_t n) {
 }
 
 // The rows decide the kernel: one row the GEMV, a few rows (the decode steps
-// of several sequences) the batch kernel when the model has one for this
-// epilogue, more the prefill GEMM.
+// of several sequences) the batch kernel, more the prefill GEMM.
 void Session::Impl::choose_kernel(ROp& r, Section s, size_t i, int64_t rows) const {
   const Op& op = *r.op;
-  const program::KernelId& batch = op.schedule.batch_kernel;
-  const bool use_batch = rows >= 2 && rows <= program::KernelId::kBatchMaxTokens &&
-                         batch.kind == program::KernelKind::Batch && batch.epilogue == op.epilogue &&
-                         model->kernels.count(batch) > 0;
+  const bool batch = rows >= 2 && rows <= program::KernelId::kBatchMaxTokens;
   const program::KernelId& id = rows == 1 ? op.schedule.decode_kernel
-                                : use_batch ? batch
-                                            : op.schedule.prefill_kernel;
+                                : batch   ? op.schedule.batch_kernel
+                                          : op.schedule.prefill_kernel;
   auto k = model->kernels.find(id);
   if (k == model->kernels.end())
     throw LoadError("the model has no matmul kernel '" + program::to_string(id) + "' (" + to_string(s) + " op " +

@@ -18,8 +18,9 @@ struct KernelShape {
   int64_t tokens = 1;          // tokens per register tile
   int64_t prefetch_bytes = 0;  // software prefetch distance on the weight stream, 0 = none
   int64_t chunk_act_bytes = 256 * 1024;  // token chunk: activations of at most this many bytes, 0 = one chunk
-  // ymm ISAs: keep the fp32 accumulators in stack slots (one load-FMA-store per
-  // 32-block) so that the int accumulators can use the registers they held.
+  // Keep the fp32 accumulators in stack slots (one load-FMA-store per
+  // 32-block) so that the int accumulators can use the registers they held:
+  // the ymm GEMM tiles and every batch kernel.
   bool fp32_acc_in_memory = false;
 };
 KernelShape kernel_shape(Isa isa, const program::KernelId& kernel);
