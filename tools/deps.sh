@@ -4,7 +4,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
-packages=(cmake make g++ libfmt-dev libcli11-dev libxbyak-dev libgtest-dev python3 libpcre2-dev pkgconf nlohmann-json3-dev libcpp-httplib-dev)
+packages=(cmake make g++ libfmt-dev libcli11-dev libxbyak-dev libgtest-dev python3 libpcre2-dev pkgconf nlohmann-json3-dev libcpp-httplib-dev libxxhash-dev)
 command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
 
 missing=()

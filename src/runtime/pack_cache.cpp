@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <nmmintrin.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <atomic>
@@ -31,7 +31,7 @@ namespace lumen::runtime {
 namespace {
 
 constexpr char kMagic[8] = {'L', 'U', 'M', 'E', 'N', 'P', 'K', '\n'};
-constexpr uint32_t kFormatVersion = 2;
+constexpr uint32_t kFormatVersion = 3;  // 3: XXH3 checksums
 constexpr size_t kHugePage = size_t(2) << 20;
 constexpr size_t kHeaderBytes = kHugePage;  // where the packed bytes start
 constexpr size_t kHeaderPageBytes = 4096;   // what of it is written
@@ -51,22 +51,6 @@ struct Header {
 // were evicted and read back small, which reading them again repairs.
 constexpr uint32_t kHugeFolios = 1;
 static_assert(sizeof(Header) <= kHeaderPageBytes);
-
-constexpr uint64_t kP1 = 0x9E3779B185EBCA87ull, kP2 = 0xC2B2AE3D27D4EB4Full, kP3 = 0x165667B19E3779F9ull;
-
-inline uint64_t rotl(uint64_t v, int r) { return (v << r) | (v >> (64 - r)); }
-inline uint64_t load64(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
-inline uint64_t avalanche(uint64_t h) {
-  h ^= h >> 33;
-  h *= kP2;
-  h ^= h >> 29;
-  h *= kP3;
-  return h ^ (h >> 32);
-}
 
 // pread/pwrite all of [buf, buf + n) at `offset`; false on an error or EOF.
 bool read_all(int fd, uint8_t* buf, size_t n, off_t offset) {
@@ -182,26 +166,7 @@ std::string PackCacheKey::hex() const {
   return s;
 }
 
-// Four CRC32C streams over interleaved 8-byte words (the crc32 instruction
-// issues one per cycle; one stream would wait on its 3-cycle latency), folded
-// with the length and seed by a multiply-xorshift mix.
-__attribute__((target("sse4.2"))) uint64_t hash_bytes(const void* data, size_t bytes, uint64_t seed) {
-  const uint8_t* p = static_cast<const uint8_t*>(data);
-  uint64_t a = seed, b = seed ^ kP1, c = seed ^ kP2, d = seed ^ kP3;
-  size_t i = 0;
-  for (; i + 32 <= bytes; i += 32) {
-    a = _mm_crc32_u64(a, load64(p + i));
-    b = _mm_crc32_u64(b, load64(p + i + 8));
-    c = _mm_crc32_u64(c, load64(p + i + 16));
-    d = _mm_crc32_u64(d, load64(p + i + 24));
-  }
-  for (; i + 8 <= bytes; i += 8) a = _mm_crc32_u64(a, load64(p + i));
-  for (; i < bytes; ++i) b = _mm_crc32_u8(uint32_t(b), p[i]);
-  uint64_t h = avalanche(a ^ (seed + bytes));
-  h = avalanche(h ^ rotl(b, 17) ^ kP1);
-  h = avalanche(h ^ rotl(c, 31) ^ kP2);
-  return avalanche(h ^ rotl(d, 47) ^ kP3);
-}
+uint64_t hash_bytes(const void* data, size_t bytes, uint64_t seed) { return XXH3_64bits_withSeed(data, bytes, seed); }
 
 uint64_t hash_parallel(const uint8_t* data, size_t bytes, uint64_t seed, ThreadPool& pool) {
   std::vector<uint64_t> piece(pieces_of(bytes));

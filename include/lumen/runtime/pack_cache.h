@@ -25,7 +25,7 @@ struct PackCacheKey {
   std::string hex() const;  // 32 hex digits, the file name
 };
 
-// A fast non-cryptographic 64-bit hash (four CRC32C streams, mixed): detects
+// A fast non-cryptographic 64-bit hash (XXH3, Debian libxxhash-dev): detects
 // corruption and changed contents, not tampering.
 uint64_t hash_bytes(const void* data, size_t bytes, uint64_t seed);
 
