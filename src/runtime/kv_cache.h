@@ -1,0 +1,40 @@
+// The KV cache: its layout and its memory. Sequence slot after sequence slot;
+// within one, per layer, per attention op of the layer section (its op slot),
+// K then V, n_ctx rows of that op's K width each, f16 or f32 elements.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "lumen/runtime/session.h"
+#include "lumen/target/page_buffer.h"
+
+namespace lumen::runtime {
+
+class KvCache {
+ public:
+  KvCache() = default;
+  // widths: the K row width of each attention op of a layer, in op order.
+  // Throws LoadError for a width out of range or a size that overflows.
+  KvCache(std::span<const int64_t> widths, int64_t n_layers, int64_t n_ctx, int n_seq, KvType type);
+
+  uint8_t* k(int64_t layer, int op_slot, int seq) const {
+    return memory_.data() + static_cast<size_t>(seq * slot_bytes_ + layer * layer_bytes_ +
+                                                slot_offset_[static_cast<size_t>(op_slot)]);
+  }
+  uint8_t* v(int64_t layer, int op_slot, int seq) const {
+    return k(layer, op_slot, seq) + static_cast<size_t>(n_ctx_ * width(op_slot) * elem_bytes_);
+  }
+  int64_t width(int op_slot) const { return width_[static_cast<size_t>(op_slot)]; }
+  int64_t elem_bytes() const { return elem_bytes_; }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  std::vector<int64_t> width_, slot_offset_;
+  int64_t n_ctx_ = 0, elem_bytes_ = 2, layer_bytes_ = 0, slot_bytes_ = 0;
+  uint64_t bytes_ = 0;
+  PageBuffer memory_;
+};
+
+}  // namespace lumen::runtime

@@ -1,0 +1,271 @@
+// Execution: runs a resolved plan (session_plan.h) over the rows of one pass.
+// Every op is one parallel_for over tasks that always cover the same rows the
+// same way, so results do not depend on the thread count. Attention stores
+// the pass's K and V in the KV cache (kv_cache.h) and reads it back.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "lumen/common/numeric.h"
+#include "lumen/runtime/ops.h"
+#include "session_impl.h"
+
+namespace lumen::runtime {
+
+using program::DType;
+using program::Epilogue;
+using program::Op;
+using program::OpKind;
+using program::Section;
+
+void Session::Impl::run_matmul(const ROp& r, const PackedMatMul& mm, int64_t n) {
+  const int64_t row_tasks = (mm.rows + r.rows_per_task - 1) / r.rows_per_task;
+  const int64_t token_block = n == 1 ? 1 : r.tokens_per_task;
+  const int64_t token_tasks = (n + token_block - 1) / token_block;
+  const int64_t group = pack_row_group(model->isa);
+  const bool residual = r.op->epilogue == Epilogue::Residual || r.op->epilogue == Epilogue::BiasResidual;
+  const RView& x = r.in[0];
+  const RView& y = r.out;
+  pool->parallel_for(row_tasks * token_tasks, [&](int64_t task, int) {
+    const int64_t row0 = (task % row_tasks) * r.rows_per_task;
+    const int64_t tok0 = (task / row_tasks) * token_block;
+    MatMulArgs args{};
+    args.w = mm.w + row0 / group * mm.group_bytes;
+    args.x = x.act(tok0);
+    args.y = y.f32(tok0) + row0;
+    args.bias = mm.bias != nullptr ? mm.bias + row0 : nullptr;
+    args.residual = residual ? r.residual.f32(tok0) + row0 : nullptr;
+    args.x_stride = x.stride / static_cast<int64_t>(sizeof(ActBlock));
+    args.y_stride = y.stride / static_cast<int64_t>(sizeof(float));
+    args.r_stride = residual ? r.residual.stride / static_cast<int64_t>(sizeof(float)) : 0;
+    args.k_blocks = mm.k / kQ8Block;
+    args.m_rows = std::min(r.rows_per_task, mm.rows - row0);
+    args.n_tokens = std::min(token_block, n - tok0);
+    r.kernel(&args);
+  });
+  if (options.profile) {
+    Profile& prof = profile[r.profile_key];
+    prof.bytes += static_cast<double>(mm.rows * (r.op->epilogue == Epilogue::SiluMul ? 2 : 1)) *
+                  static_cast<double>(row_bytes(DType::Q8_0, mm.k));
+    prof.ops += 2.0 * static_cast<double>(mm.rows * (r.op->epilogue == Epilogue::SiluMul ? 2 : 1)) *
+                static_cast<double>(mm.k) * static_cast<double>(n);
+  }
+}
+
+void Session::Impl::run_attention(const ROp& r, int64_t layer, int64_t n) {
+  const int64_t kv_dim = kv.width(r.kv_slot);
+  const bool windowed = r.window > 0 && (r.window_pattern == 0 || layer % r.window_pattern < r.window_pattern - 1);
+  const bool f16 = options.kv_type == KvType::F16;
+  const int64_t kv_elem = kv.elem_bytes();
+  // Store this batch's K (already rotated) and V in their slots at their positions.
+  pool->parallel_for(n, [&](int64_t t, int) {
+    uint8_t* kc = kv.k(layer, r.kv_slot, row_slot[static_cast<size_t>(t)]);
+    uint8_t* vc = kv.v(layer, r.kv_slot, row_slot[static_cast<size_t>(t)]);
+    const int64_t at = row_pos[static_cast<size_t>(t)] * kv_dim * kv_elem;
+    if (f16) {
+      ops::to_f16(r.in[1].f32(t), reinterpret_cast<uint16_t*>(kc + at), kv_dim);
+      ops::to_f16(r.in[2].f32(t), reinterpret_cast<uint16_t*>(vc + at), kv_dim);
+    } else {
+      std::memcpy(kc + at, r.in[1].f32(t), static_cast<size_t>(kv_dim) * sizeof(float));
+      std::memcpy(vc + at, r.in[2].f32(t), static_cast<size_t>(kv_dim) * sizeof(float));
+    }
+  });
+  const int64_t group = r.n_heads / r.n_heads_kv;
+  const float scale = r.attn_scale;
+  // Tasks are (kv head, block of kAttentionTokens tokens of one sequence):
+  // the block's query heads share each converted K/V row. Fixed block size,
+  // so results do not depend on the thread count; a row's scores, softmax and
+  // P·V sums run in key order whatever block it is in (keys past a row's
+  // causal bound get probability 0), so they do not depend on the batch.
+  // A mixed batch is one parallel_for over the blocks of all its sequences.
+  constexpr int64_t kAttentionTokens = 16;
+  struct Block {
+    const SeqRun* run;
+    int64_t t0;  // first token of the block within the run
+  };
+  std::vector<Block> blocks;
+  for (const SeqRun& run : runs)
+    for (int64_t t0 = 0; t0 < run.n; t0 += kAttentionTokens) blocks.push_back({&run, t0});
+  pool->parallel_for(static_cast<int64_t>(blocks.size()) * r.n_heads_kv, [&](int64_t task, int) {
+    const Block& blk = blocks[static_cast<size_t>(task / r.n_heads_kv)];
+    const SeqRun& run = *blk.run;
+    const int64_t t0 = run.row0 + blk.t0, kv_head = task % r.n_heads_kv;
+    const uint8_t* kc = kv.k(layer, r.kv_slot, run.slot);
+    const uint8_t* vc = kv.v(layer, r.kv_slot, run.slot);
+    ops::AttentionBlock b{};
+    b.q = r.in[0].f32(t0) + kv_head * group * r.head_dim;
+    b.q_token_stride = r.in[0].stride / static_cast<int64_t>(sizeof(float));
+    b.k = kc + kv_head * r.head_dim * kv_elem;
+    b.v = vc + kv_head * r.head_dim * kv_elem;
+    b.row_stride = kv_dim;
+    b.n_tokens = std::min(kAttentionTokens, run.n - blk.t0);
+    b.n_heads = group;
+    b.first_n_keys = run.pos0 + blk.t0 + 1;  // causal: a token sees itself and everything before it
+    b.head_dim = r.head_dim;
+    b.scale = scale;
+    b.softcap = r.attn_softcap;
+    b.window = windowed ? r.window : 0;
+    b.out = r.out.f32(t0) + kv_head * group * r.head_dim;
+    b.out_token_stride = r.out.stride / static_cast<int64_t>(sizeof(float));
+    if (f16)
+      ops::attention_block_f16(b);
+    else
+      ops::attention_block_f32(b);
+  });
+}
+
+void Session::Impl::run_op(const ROp& r, Section section, size_t index, int64_t layer, int64_t take_row) {
+  const Op& op = *r.op;
+  auto start = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+  const int64_t rows = r.in.empty() ? 0 : r.in[0].rows;
+  switch (op.kind) {
+    case OpKind::Embed: {
+      const gguf::TensorInfo* t = tensor(op.weights[0], layer);
+      const int64_t cols = r.out.cols;
+      const int64_t stride = static_cast<int64_t>(t->n_bytes) / t->ne[1];
+      pool->parallel_for(rows, [&](int64_t i, int) {
+        const uint8_t* src = t->data + *r.in[0].i32(i) * stride;
+        float* dst = r.out.f32(i);
+        if (t->type == gguf::TensorType::Q8_0)
+          dequantize_row_q8_0(reinterpret_cast<const BlockQ8_0*>(src), dst, static_cast<size_t>(cols));
+        else if (t->type == gguf::TensorType::F16)
+          for (int64_t c = 0; c < cols; ++c) dst[c] = f16_to_f32(reinterpret_cast<const uint16_t*>(src)[c]);
+        else
+          std::memcpy(dst, src, static_cast<size_t>(cols) * sizeof(float));
+      });
+      break;
+    }
+    case OpKind::RmsNorm:
+    case OpKind::RmsNormQuant: {
+      const float* w = reinterpret_cast<const float*>(tensor(op.weights[0], layer)->data);
+      const int64_t cols = r.in[0].cols, group = r.head_dim;
+      pool->parallel_for(rows, [&](int64_t i, int thread) {
+        if (op.kind == OpKind::RmsNorm) {
+          for (int64_t c = 0; c < cols; c += group) ops::rms_norm(r.in[0].f32(i) + c, w, r.out.f32(i) + c, group, r.eps);
+        } else {
+          float* tmp = scratch[static_cast<size_t>(thread)].row.data();
+          for (int64_t c = 0; c < cols; c += group) ops::rms_norm(r.in[0].f32(i) + c, w, tmp + c, group, r.eps);
+          quantize_act(tmp, r.out.act(i), cols);
+        }
+      });
+      break;
+    }
+    case OpKind::Quantize:
+      pool->parallel_for(rows, [&](int64_t i, int) { quantize_act(r.in[0].f32(i), r.out.act(i), r.in[0].cols); });
+      break;
+    case OpKind::MatMul:
+      run_matmul(r, bound.matmuls[section][index][static_cast<size_t>(section == Section::Layer ? layer : 0)], rows);
+      break;
+    case OpKind::Rope: {
+      const RView& target = r.out.buffer >= 0 ? r.out : r.in[0];
+      const gguf::TensorInfo* factors = op.weights.empty() ? nullptr : tensor(op.weights[0], layer);
+      const float* freq_factors = factors != nullptr ? reinterpret_cast<const float*>(factors->data) : nullptr;
+      pool->parallel_for(rows, [&](int64_t i, int thread) {
+        float* x = target.f32(i);
+        if (!target.same_place(r.in[0]))
+          std::memcpy(x, r.in[0].f32(i), static_cast<size_t>(r.in[0].cols) * sizeof(float));
+        float* cos_sin = scratch[static_cast<size_t>(thread)].cos_sin.data();
+        ops::rope_angles(row_pos[static_cast<size_t>(i)], r.head_dim, r.rope_base, cos_sin, freq_factors);
+        ops::rope(x, r.n_heads, r.head_dim, cos_sin, op.rope_mode);
+      });
+      break;
+    }
+    case OpKind::Attention: run_attention(r, layer, rows); break;
+    case OpKind::Add:
+    case OpKind::Mul:
+    case OpKind::Silu:
+    case OpKind::SiluMul: {
+      const float* w = !op.weights.empty()
+                           ? reinterpret_cast<const float*>(tensor(op.weights[0], layer)->data)
+                           : nullptr;
+      const int64_t cols = r.in[0].cols;
+      pool->parallel_for(rows, [&](int64_t i, int) {
+        const float* a = r.in[0].f32(i);
+        const float* b = r.in.size() > 1 ? r.in[1].f32(i) : w;
+        float* y = r.out.f32(i);
+        for (int64_t c = 0; c < cols; ++c) {
+          switch (op.kind) {
+            case OpKind::Add: y[c] = a[c] + b[c]; break;
+            case OpKind::Mul: y[c] = a[c] * b[c]; break;
+            case OpKind::Silu: y[c] = ops::silu(a[c]); break;
+            default: y[c] = ops::silu(a[c]) * b[c]; break;
+          }
+        }
+      });
+      break;
+    }
+    case OpKind::Softmax:
+      pool->parallel_for(rows, [&](int64_t i, int) { ops::softmax_row(r.in[0].f32(i), r.out.f32(i), r.in[0].cols); });
+      break;
+    case OpKind::Scale:
+    case OpKind::Gelu:
+    case OpKind::Softcap:
+      pool->parallel_for(rows, [&](int64_t i, int) {
+        const float* x = r.in[0].f32(i);
+        float* y = r.out.f32(i);
+        const int64_t cols = r.in[0].cols;
+        if (op.kind == OpKind::Scale)
+          ops::scale(x, y, cols, r.scalar);
+        else if (op.kind == OpKind::Gelu)
+          ops::gelu(x, y, cols);
+        else
+          ops::softcap(x, y, cols, r.scalar);
+      });
+      break;
+    case OpKind::TakeLast:
+      std::memmove(r.out.f32(0), r.in[0].f32(take_row), static_cast<size_t>(r.in[0].cols) * sizeof(float));
+      break;
+  }
+  if (options.profile) {
+    Profile& prof = profile[r.profile_key];
+    prof.calls += 1;
+    prof.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+}
+
+// One forward pass over the rows set in row_slot/row_pos/runs, then the post
+// ops for the kept rows; their logits go to out, n_vocab floats each, in order.
+void Session::Impl::forward(const Plan& plan, std::span<const int32_t> tokens, std::span<const int64_t> kept,
+                            float* out) {
+  const program::Program& p = program();
+  const int64_t n = plan.n;
+  for (int64_t i = 0; i < n; ++i) *plan.tokens.i32(i) = tokens[static_cast<size_t>(i)];
+  for (size_t i = 0; i < p.pre.size(); ++i) run_op(plan.sections.pre[i], Section::Pre, i, 0, n - 1);
+  for (int64_t layer = 0; layer < bound.n_layers; ++layer)
+    for (size_t i = 0; i < p.layer.size(); ++i) run_op(plan.sections.layer[i], Section::Layer, i, layer, n - 1);
+  run_post(plan, kept, out);
+}
+
+// One row: TakeLast picks it and the post ops run on it (decode kernels).
+// Several: up to post_rows at a time gathered into the side arena and run
+// as one pass (prefill kernels), which gives each row the same bits.
+void Session::Impl::run_post(const Plan& plan, std::span<const int64_t> kept, float* out) {
+  const program::Program& p = program();
+  const size_t count = kept.size();
+  if (count == 1 || !post_template.batchable) {
+    for (size_t j = 0; j < count; ++j) {
+      for (size_t i = 0; i < p.post.size(); ++i) run_op(plan.sections.post[i], Section::Post, i, 0, kept[j]);
+      const float* row = plan.logits.f32(plan.logits.rows - 1);
+      std::copy(row, row + n_vocab, out + static_cast<int64_t>(j) * n_vocab);
+    }
+    return;
+  }
+  const RView& source = plan.sections.post[0].in[0];
+  for (size_t g = 0; g < count; g += static_cast<size_t>(post_rows)) {
+    const int64_t k = std::min<int64_t>(post_rows, static_cast<int64_t>(count - g));
+    const std::vector<ROp>& ops = post_plan_for(k);
+    const RView& gathered = ops[0].out;
+    for (int64_t j = 0; j < k; ++j)
+      std::memcpy(gathered.f32(j), source.f32(kept[g + static_cast<size_t>(j)]),
+                  static_cast<size_t>(source.cols) * sizeof(float));
+    for (size_t i = 1; i < ops.size(); ++i) run_op(ops[i], Section::Post, i, 0, 0);
+    for (int64_t j = 0; j < k; ++j) {
+      const float* row = post_template.logits.f32(j);
+      std::copy(row, row + n_vocab, out + (static_cast<int64_t>(g) + j) * n_vocab);
+    }
+  }
+}
+
+}  // namespace lumen::runtime

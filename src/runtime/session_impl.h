@@ -1,0 +1,93 @@
+// The state behind Session (session.h), shared by the files that implement
+// it: session_plan.cpp resolves and checks the program per batch size,
+// session_execute.cpp runs it, kv_cache.h holds the KV cache, session.cpp is
+// the public facade.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kv_cache.h"
+#include "lumen/runtime/binding.h"
+#include "lumen/runtime/session.h"
+#include "lumen/runtime/thread_pool.h"
+#include "lumen/target/page_buffer.h"
+#include "session_plan.h"
+
+namespace lumen::runtime {
+
+// A contiguous run of rows of one pass that belong to one sequence (KV slot),
+// at consecutive positions from pos0.
+struct SeqRun {
+  int slot = 0;
+  int64_t row0 = 0, n = 0, pos0 = 0;
+};
+
+struct ThreadScratch {
+  std::vector<float> row;      // a normalized row before quantization
+  std::vector<float> cos_sin;  // rope angles of one position
+};
+
+struct Profile {
+  int64_t calls = 0;
+  double seconds = 0;
+  double bytes = 0;  // weight bytes streamed (matmuls)
+  double ops = 0;    // multiply-adds x 2 (matmuls)
+};
+
+struct Session::Impl {
+  std::shared_ptr<const CompiledModel> model;
+  std::optional<gguf::File> file;
+  BoundModel bound;
+  SessionOptions options;
+  std::unique_ptr<ThreadPool> pool;
+  int n_threads = 1;
+  int64_t n_ctx = 0, n_batch = 0, n_vocab = 0;
+  int n_seq = 1;
+  std::vector<int64_t> positions;  // tokens in each KV slot
+  int64_t max_token_id = INT64_MAX;  // exclusive bound from the embedding tables
+  KvCache kv;
+  PageBuffer arena;
+  std::map<int64_t, Plan> plans;
+  std::vector<ThreadScratch> scratch;
+  std::vector<float> logits, all_logits;
+  // The rows of the pass being run: each token's slot and position, and the
+  // runs of consecutive rows of one sequence (attention works per run).
+  std::vector<int> row_slot;
+  std::vector<int64_t> row_pos;
+  std::vector<SeqRun> runs;
+  int64_t post_rows = 16;  // most rows per batched post pass
+  PageBuffer post_arena;
+  PostTemplate post_template;
+  std::map<int64_t, std::vector<ROp>> post_plans;
+  // step() results: logits of the kept rows, and where each entry's start.
+  std::vector<float> step_out;
+  std::vector<size_t> step_first;
+  std::vector<int64_t> step_kept, step_size;
+  LoadStats stats;
+  std::map<std::string, Profile> profile;
+
+  const program::Program& program() const { return model->program; }
+
+  const gguf::TensorInfo* tensor(int weight, int64_t layer) const { return bound.tensor(weight, layer); }
+
+  // session_plan.cpp
+  const Plan& plan_for(int64_t n);
+  void choose_kernel(ROp& r, program::Section s, size_t i, int64_t rows) const;
+  void build_post_template();
+  const std::vector<ROp>& post_plan_for(int64_t k);
+  void check_op(const ROp& r, program::Section section, size_t index, int64_t n) const;
+  // session_execute.cpp
+  void forward(const Plan& plan, std::span<const int32_t> tokens, std::span<const int64_t> kept, float* out);
+  void run_post(const Plan& plan, std::span<const int64_t> kept, float* out);
+  void run_op(const ROp& r, program::Section section, size_t index, int64_t layer, int64_t take_row);
+  void run_matmul(const ROp& r, const PackedMatMul& mm, int64_t n);
+  void run_attention(const ROp& r, int64_t layer, int64_t n);
+};
+
+}  // namespace lumen::runtime

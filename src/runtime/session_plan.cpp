@@ -1,0 +1,415 @@
+// Planning: the program resolved for one batch size (session_plan.h). Every
+// buffer and view is evaluated and bounds-checked against the arena, every op
+// gets its hparams, its matmul kernel and thread split, and is checked against
+// the op table's type rule on this binding's weights, so that running it
+// cannot go out of bounds. Also the batched post section's template.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lumen/ops/op_table.h"
+#include "lumen/runtime/ops.h"
+#include "session_impl.h"
+
+namespace lumen::runtime {
+
+using program::DType;
+using program::Op;
+using program::OpKind;
+using program::Section;
+using ops::kMaxHeadDim;
+
+const Plan& Session::Impl::plan_for(int64_t n) {
+  auto found = plans.find(n);
+  if (found != plans.end()) return found->second;
+  const program::Program& p = program();
+  auto eval = [&](const program::Expr& e, const std::string& what) {
+    try {
+      return e.eval(bound.hparams, n);
+    } catch (const program::EvalError& err) {
+      throw LoadError("program: cannot evaluate " + what + " for N=" + std::to_string(n) + ": " + err.what());
+    }
+  };
+  int64_t arena_bytes = eval(p.arena_bytes, "the arena size");
+  if (arena_bytes < 0) throw LoadError("program: negative arena size");
+  if (static_cast<uint64_t>(arena_bytes) > arena.size()) {
+    arena = PageBuffer(static_cast<size_t>(arena_bytes));
+    plans.clear();  // every cached plan points into the old arena
+    stats.arena_bytes = static_cast<uint64_t>(arena_bytes);
+  }
+
+  struct Layout {
+    int64_t rows, cols, offset;
+  };
+  std::vector<Layout> layout;
+  for (const program::Buffer& b : p.buffers) {
+    Layout l{eval(b.rows, "the rows of '" + b.name + "'"), eval(b.cols, "the cols of '" + b.name + "'"),
+             eval(b.offset, "the offset of '" + b.name + "'")};
+    int64_t bytes = 0;
+    bool bad_quant = b.dtype == DType::ActQ8 && l.cols % kQ8Block != 0;
+    if (l.rows < 1 || l.cols < 1 || l.offset < 0 || l.offset % 64 != 0 || bad_quant ||
+        __builtin_mul_overflow(l.rows, row_bytes(b.dtype, l.cols), &bytes) || bytes > arena_bytes - l.offset)
+      throw LoadError("program: buffer '" + b.name + "' (rows " + std::to_string(l.rows) + ", cols " +
+                      std::to_string(l.cols) + ", offset " + std::to_string(l.offset) + ") is misplaced for N=" +
+                      std::to_string(n) + " in an arena of " + std::to_string(arena_bytes) + " bytes");
+    layout.push_back(l);
+  }
+  std::vector<uint8_t*> buffer_base;
+  for (const Layout& l : layout) buffer_base.push_back(arena.data() + l.offset);
+  auto resolve = [&](const program::View& v, const char* what) {
+    if (v.buffer < 0 || v.buffer >= static_cast<int>(p.buffers.size()))
+      throw LoadError(std::string("program: ") + what + " refers to no buffer");
+    const program::Buffer& b = p.buffers[static_cast<size_t>(v.buffer)];
+    const Layout& l = layout[static_cast<size_t>(v.buffer)];
+    int64_t off = eval(v.col_offset, std::string("a view of '") + b.name + "'");
+    int64_t cols = eval(v.cols, std::string("a view of '") + b.name + "'");
+    bool bad_quant = b.dtype == DType::ActQ8 && (off % kQ8Block != 0 || cols % kQ8Block != 0);
+    if (off < 0 || cols < 1 || cols > l.cols - off || bad_quant)
+      throw LoadError("program: view [" + std::to_string(off) + ", +" + std::to_string(cols) + ") of buffer '" +
+                      b.name + "' is out of bounds");
+    RView r;
+    r.base = arena.data() + l.offset + row_bytes(b.dtype, off);
+    r.stride = row_bytes(b.dtype, l.cols);
+    r.rows = l.rows;
+    r.cols = cols;
+    r.dtype = b.dtype;
+    r.buffer = v.buffer;
+    return r;
+  };
+
+  Plan plan;
+  plan.n = n;
+  plan.buffer_base = std::move(buffer_base);
+  auto whole = [&](int buffer, const char* what) {
+    if (buffer < 0 || buffer >= static_cast<int>(p.buffers.size()))
+      throw LoadError(std::string("program: no ") + what + " buffer");
+    program::View v{buffer, program::Expr::constant(0), p.buffers[static_cast<size_t>(buffer)].cols};
+    return resolve(v, what);
+  };
+  plan.tokens = whole(p.tokens_buffer, "tokens");
+  plan.logits = whole(p.logits_buffer, "logits");
+  if (plan.tokens.dtype != DType::I32 || plan.tokens.rows != n)
+    throw LoadError("program: the tokens buffer must be I32 with N rows");
+  if (plan.logits.dtype != DType::F32) throw LoadError("program: the logits buffer must be F32");
+
+  for (Section s : program::kSections) {
+    int kv_slots = 0;
+    for (size_t i = 0; i < p.ops(s).size(); ++i) {
+      const Op& op = p.ops(s)[i];
+      ROp r;
+      r.op = &op;
+      for (const program::View& v : op.inputs) r.in.push_back(resolve(v, "an op input"));
+      if (op.output.buffer >= 0) r.out = resolve(op.output, "an op output");
+      if (op.residual.buffer >= 0) r.residual = resolve(op.residual, "a residual");
+      auto hparam_value = [&](int index, const char* what) {
+        if (index < 0 || index >= static_cast<int>(bound.hparams.size()))
+          throw LoadError(std::string("program: ") + program::to_string(op.kind) + " has no " + what + " hparam");
+        return static_cast<float>(bound.hparams[static_cast<size_t>(index)]);
+      };
+      if (op.kind == OpKind::RmsNorm || op.kind == OpKind::RmsNormQuant) r.eps = hparam_value(op.eps_hparam, "eps");
+      if (op.kind == OpKind::Rope) r.rope_base = hparam_value(op.rope_base_hparam, "rope base");
+      if (op.kind == OpKind::Rope || op.kind == OpKind::Attention) {
+        r.n_heads = eval(op.n_heads, "n_heads");
+        r.head_dim = eval(op.head_dim, "head_dim");
+      }
+      if (op.kind == OpKind::RmsNorm || op.kind == OpKind::RmsNormQuant) {
+        // Per head when n_heads is given: groups of cols / n_heads.
+        r.n_heads = op.n_heads.terms.empty() ? 1 : eval(op.n_heads, "n_heads");
+        r.head_dim = r.n_heads >= 1 && !r.in.empty() ? r.in[0].cols / r.n_heads : 0;
+      }
+      if (op.kind == OpKind::Attention) {
+        r.n_heads_kv = eval(op.n_heads_kv, "n_heads_kv");
+        const int64_t scale_dim = op.attn_scale_rsqrt.terms.empty() ? r.head_dim : eval(op.attn_scale_rsqrt, "the scale");
+        r.attn_scale = op.attn_scale_hparam >= 0 ? hparam_value(op.attn_scale_hparam, "attention scale")
+                                                 : 1.0f / std::sqrt(static_cast<float>(std::max<int64_t>(1, scale_dim)));
+        r.attn_softcap = op.attn_softcap_hparam >= 0 ? hparam_value(op.attn_softcap_hparam, "soft-capping") : 0.0f;
+        r.window = op.window.terms.empty() ? 0 : eval(op.window, "the sliding window");
+        r.window_pattern = op.window_pattern.terms.empty() ? 0 : eval(op.window_pattern, "the window pattern");
+        r.kv_slot = kv_slots++;
+      }
+      if (op.kind == OpKind::Scale)
+        r.scalar = op.scalar_sqrt.terms.empty() ? hparam_value(op.scalar_hparam, "scale factor")
+                                                : std::sqrt(static_cast<float>(eval(op.scalar_sqrt, "the scale factor")));
+      if (op.kind == OpKind::Softcap) r.scalar = hparam_value(op.scalar_hparam, "cap");
+      r.profile_key = program::to_string(op.kind);
+      // The rows this matmul sees decide the kernel: after TakeLast it is one.
+      if (op.kind == OpKind::MatMul) choose_kernel(r, s, i, r.in.size() == 1 ? r.in[0].rows : 0);
+      check_op(r, s, i, n);
+      plan.sections[s].push_back(std::move(r));
+    }
+  }
+  // Prompts of many lengths (chat) and server steps of every size up to
+  // --parallel + --chunk: keep the cache bounded.
+  if (plans.size() >= 64) plans.clear();
+  return plans.emplace(n, std::move(plan)).first->second;
+}
+
+// The rows decide the kernel: one row the GEMV, a few rows (the decode steps
+// of several sequences) the batch kernel, more the prefill GEMM.
+void Session::Impl::choose_kernel(ROp& r, Section s, size_t i, int64_t rows) const {
+  const Op& op = *r.op;
+  const bool batch = rows >= 2 && rows <= program::KernelId::kBatchMaxTokens;
+  const program::KernelId& id = rows == 1 ? op.schedule.decode_kernel
+                                : batch   ? op.schedule.batch_kernel
+                                          : op.schedule.prefill_kernel;
+  auto k = model->kernels.find(id);
+  if (k == model->kernels.end())
+    throw LoadError("the model has no matmul kernel '" + program::to_string(id) + "' (" + to_string(s) + " op " +
+                    std::to_string(i) + ")");
+  r.kernel = k->second;
+  r.profile_key = "MatMul " + program::to_string(id);
+  const int64_t group = pack_row_group(model->isa);
+  // A prefill task covers whole register tiles: a task that ends inside
+  // a tile would run the slower edge body on every token tile. The
+  // kernel may run fewer groups than tile_m asks (its ISA's registers,
+  // or gate and up sharing them), so the unit is a multiple of every
+  // row tile up to tile_m: 96 rows for m48 (48, 32 and 16 divide it).
+  int64_t unit = group;
+  if (id.kind != program::KernelKind::Gemv)
+    for (int64_t tile_rows = 2 * group; tile_rows <= id.tile_m; tile_rows += group) unit = std::lcm(unit, tile_rows);
+  r.rows_per_task = std::max<int64_t>(unit, (op.schedule.rows_per_task + unit - 1) / unit * unit);
+  r.tokens_per_task = std::max<int64_t>(1, op.schedule.tokens_per_task);
+}
+
+// The post section on gathered rows: batchable when it starts with TakeLast
+// and every other view is a buffer written inside the post section (the usual
+// final norm and output head). Those buffers move to a side arena of
+// post_rows rows, so the arena's layout (one row after TakeLast) is untouched.
+void Session::Impl::build_post_template() {
+  const program::Program& p = program();
+  const Plan& one = plan_for(1);
+  PostTemplate t;
+  const std::vector<ROp>& ops = one.sections.post;
+  if (ops.empty() || ops[0].op->kind != OpKind::TakeLast) return;
+  std::vector<bool> written(p.buffers.size(), false);
+  for (const ROp& r : ops)
+    if (r.out.buffer >= 0) written[static_cast<size_t>(r.out.buffer)] = true;
+  if (p.logits_buffer < 0 || !written[static_cast<size_t>(p.logits_buffer)]) return;
+  std::vector<int64_t> side_offset(p.buffers.size(), -1);
+  int64_t side_bytes = 0;
+  std::vector<int64_t> stride(p.buffers.size(), 0);
+  auto note = [&](const RView& v) {
+    const size_t b = static_cast<size_t>(v.buffer);
+    if (side_offset[b] >= 0) return;
+    stride[b] = v.stride;
+    side_offset[b] = side_bytes;
+    side_bytes += (v.stride * post_rows + 63) / 64 * 64;
+  };
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const ROp& r = ops[i];
+    for (size_t j = 0; j < r.in.size(); ++j) {
+      const bool source = i == 0 && j == 0;
+      if (!source && !written[static_cast<size_t>(r.in[j].buffer)]) return;
+      if (!source) note(r.in[j]);
+    }
+    if (r.out.buffer >= 0) note(r.out);
+    if (r.residual.buffer >= 0) {
+      if (!written[static_cast<size_t>(r.residual.buffer)]) return;
+      note(r.residual);
+    }
+  }
+  post_arena = PageBuffer(static_cast<size_t>(std::max<int64_t>(side_bytes, 64)));
+  auto move = [&](RView v) {
+    const size_t b = static_cast<size_t>(v.buffer);
+    v.base = post_arena.data() + side_offset[b] + (v.base - one.buffer_base[b]);
+    v.stride = stride[b];
+    v.rows = post_rows;
+    return v;
+  };
+  for (size_t i = 0; i < ops.size(); ++i) {
+    ROp r = ops[i];
+    for (size_t j = 0; j < r.in.size(); ++j)
+      if (i != 0 || j != 0) r.in[j] = move(r.in[j]);
+    if (r.out.buffer >= 0) r.out = move(r.out);
+    if (r.residual.buffer >= 0) r.residual = move(r.residual);
+    if (r.op->kind == OpKind::MatMul) {
+      if (model->kernels.count(r.op->schedule.prefill_kernel) == 0) return;
+      for (const PackedMatMul& mm : bound.matmuls[Section::Post][i])
+        if (mm.k != r.in[0].cols || mm.rows != r.out.cols) return;
+    }
+    t.ops.push_back(std::move(r));
+  }
+  t.logits = move(one.logits);
+  t.batchable = true;
+  post_template = std::move(t);
+}
+
+// The template with its side views cut to k rows and the matmuls on their kernels for k rows.
+const std::vector<ROp>& Session::Impl::post_plan_for(int64_t k) {
+  auto found = post_plans.find(k);
+  if (found != post_plans.end()) return found->second;
+  std::vector<ROp> ops = post_template.ops;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    ROp& r = ops[i];
+    for (size_t j = 0; j < r.in.size(); ++j)
+      if (i != 0 || j != 0) r.in[j].rows = k;
+    if (r.out.buffer >= 0) r.out.rows = k;
+    if (r.residual.buffer >= 0) r.residual.rows = k;
+    if (r.op->kind == OpKind::MatMul) choose_kernel(r, Section::Post, i, k);
+  }
+  return post_plans.emplace(k, std::move(ops)).first->second;
+}
+
+
+namespace {
+
+namespace op_table = ::lumen::ops;  // (runtime/ops.h is the runtime's own lumen::runtime::ops)
+
+// The op table's entry for a program op (TakeLast is the table's `last`).
+const op_table::OpInfo& table_entry(OpKind kind) {
+  op_table::OpId id = op_table::OpId::Embed;
+  switch (kind) {
+    case OpKind::Embed: id = op_table::OpId::Embed; break;
+    case OpKind::RmsNorm: id = op_table::OpId::RmsNorm; break;
+    case OpKind::RmsNormQuant: id = op_table::OpId::RmsNormQuant; break;
+    case OpKind::Quantize: id = op_table::OpId::Quantize; break;
+    case OpKind::MatMul: id = op_table::OpId::MatMul; break;
+    case OpKind::Rope: id = op_table::OpId::Rope; break;
+    case OpKind::Attention: id = op_table::OpId::Attention; break;
+    case OpKind::Add: id = op_table::OpId::Add; break;
+    case OpKind::Mul: id = op_table::OpId::Mul; break;
+    case OpKind::Silu: id = op_table::OpId::Silu; break;
+    case OpKind::SiluMul: id = op_table::OpId::SiluMul; break;
+    case OpKind::TakeLast: id = op_table::OpId::Last; break;
+    case OpKind::Softmax: id = op_table::OpId::Softmax; break;
+    case OpKind::Scale: id = op_table::OpId::Scale; break;
+    case OpKind::Gelu: id = op_table::OpId::Gelu; break;
+    case OpKind::Softcap: id = op_table::OpId::Softcap; break;
+  }
+  return op_table::op_info(id);
+}
+
+op_table::DType table_dtype(DType d) {
+  switch (d) {
+    case DType::F32: return op_table::DType::F32;
+    case DType::F16: return op_table::DType::F16;
+    case DType::Q8_0: return op_table::DType::Q8_0;
+    case DType::ActQ8: return op_table::DType::ActQ8;
+    case DType::I32: return op_table::DType::I32;
+  }
+  return op_table::DType::F32;
+}
+
+// A resolved view as the table sees it: [rows, cols], or [rows] for token ids.
+op_table::TensorType table_type(const RView& v) {
+  op_table::TensorType t{table_dtype(v.dtype), {op_table::ShapeDim::of(v.rows)}};
+  if (v.dtype != DType::I32) t.shape.push_back(op_table::ShapeDim::of(v.cols));
+  return t;
+}
+
+// A bound GGUF tensor as the table sees it: DSL order [rows, row_length].
+op_table::TensorType table_type(const gguf::TensorInfo& t) {
+  op_table::TensorType out;
+  out.dtype = t.type == gguf::TensorType::F32   ? op_table::DType::F32
+              : t.type == gguf::TensorType::F16 ? op_table::DType::F16
+                                                : op_table::DType::Q8_0;
+  for (auto it = t.ne.rbegin(); it != t.ne.rend(); ++it) out.shape.push_back(op_table::ShapeDim::of(*it));
+  return out;
+}
+
+}  // namespace
+
+// Shapes and dtypes of one resolved op, so that running it cannot go out of
+// bounds: the op table's type rule on this binding's values (every layer's
+// weights), then what the runtime's kernels add (head_dim limits, ActQ8
+// matmul input, attention's window and soft-capping).
+void Session::Impl::check_op(const ROp& r, Section section, size_t index, int64_t n) const {
+  const Op& op = *r.op;
+  auto need = [&](bool ok, const std::string& what) {
+    if (!ok)
+      throw LoadError(std::string("program: ") + to_string(section) + " op " + std::to_string(index) + " (" +
+                      program::to_string(op.kind) + "): " + what);
+  };
+  const op_table::OpInfo& info = table_entry(op.kind);
+  static const op_table::DimFacts no_facts;  // constants compare by value
+  const int64_t layers = section == Section::Layer ? bound.n_layers : 1;
+  for (const RView& v : r.in) need(v.buffer >= 0, "an input has no buffer");
+  need(r.out.buffer >= 0 || op.kind == OpKind::Rope, "the output has no buffer");
+  for (int64_t l = 0; l < layers; ++l) {
+    op_table::OpCall call;
+    call.facts = &no_facts;
+    call.tokens = op_table::SymDim::constant(n);
+    size_t next_in = 0, next_w = 0;
+    auto take = [&](bool weight) {
+      if (weight) {
+        const int w = op.weights[next_w++];
+        const gguf::TensorInfo* t = tensor(w, l);
+        if (t == nullptr && program().weights[static_cast<size_t>(w)].optional) return;  // absent: the op does without
+        need(t != nullptr, "a weight is not bound");
+        call.operands.push_back(table_type(*t));
+      } else {
+        call.operands.push_back(table_type(r.in[next_in++]));
+      }
+      call.is_weight.push_back(weight);
+    };
+    for (const op_table::OperandSpec& spec : info.operands) {
+      do {
+        bool ins_left = next_in < r.in.size(), ws_left = next_w < op.weights.size();
+        bool weight = spec.role == op_table::Role::Weight || (spec.role == op_table::Role::Either && !ins_left);
+        if (weight ? !ws_left : !ins_left) break;
+        take(weight);
+      } while (spec.variadic);
+    }
+    while (next_in < r.in.size()) take(false);
+    while (next_w < op.weights.size()) take(true);
+    if (op.kind == OpKind::Rope || op.kind == OpKind::Attention) {
+      call.sizes["heads"] = op_table::ShapeDim::of(r.n_heads);
+      call.sizes["dim"] = op_table::ShapeDim::of(r.head_dim);
+    }
+    if (op.kind == OpKind::Attention) call.sizes["kv_heads"] = op_table::ShapeDim::of(r.n_heads_kv);
+    if ((op.kind == OpKind::RmsNorm || op.kind == OpKind::RmsNormQuant) && !op.n_heads.terms.empty())
+      call.sizes["heads"] = op_table::ShapeDim::of(r.n_heads);
+    if (op.kind == OpKind::Rope) call.choices["mode"] = op.rope_mode == program::RopeMode::Normal ? "normal" : "neox";
+    if (op.kind == OpKind::MatMul) {
+      call.epilogue = program::to_string(op.epilogue);
+      for (int b : op.biases) {
+        const gguf::TensorInfo* t = tensor(b, l);
+        need(t != nullptr, "a bias is not bound");
+        call.biases.push_back(table_type(*t));
+      }
+      if (op.residual.buffer >= 0) call.residual = table_type(r.residual);
+    }
+    op_table::Verdict v = op_table::infer(info, call);
+    need(v.ok(), v.message);
+    const RView& out = r.out.buffer >= 0 ? r.out : r.in[0];
+    need(op_table::same_type(*v.result, table_type(out), no_facts),
+         "the output is " + table_type(out).str() + " but the inputs give " + v.result->str());
+  }
+  switch (op.kind) {
+    case OpKind::Embed:
+      for (int64_t l = 0; l < layers; ++l) {
+        gguf::TensorType t = tensor(op.weights[0], l)->type;
+        need(t == gguf::TensorType::Q8_0 || t == gguf::TensorType::F32 || t == gguf::TensorType::F16,
+             "the table must be Q8_0, F16 or F32");
+      }
+      break;
+    case OpKind::MatMul:
+      need(r.in.size() == 1 && r.in[0].dtype == DType::ActQ8, "input must be ActQ8");
+      for (const PackedMatMul& mm : bound.matmuls[section][index]) {
+        need(mm.k == r.in[0].cols, "the weights' row length must equal the input width");
+        need(mm.rows == r.out.cols, "the weights' rows must equal the output width");
+      }
+      break;
+    case OpKind::Rope:
+      need(r.head_dim >= 2 && r.head_dim <= kMaxHeadDim,
+           "head_dim " + std::to_string(r.head_dim) + " is outside what the kernels support (2.." +
+               std::to_string(kMaxHeadDim) + ")");
+      break;
+    case OpKind::Attention:
+      need(section == Section::Layer, "attention must be in the layer loop (its KV cache is per layer)");
+      need(r.head_dim >= 1 && r.head_dim <= kMaxHeadDim,
+           "head_dim " + std::to_string(r.head_dim) + " is outside what the kernels support (1.." +
+               std::to_string(kMaxHeadDim) + ")");
+      need(r.window >= 0 && r.window_pattern >= 0 && r.attn_softcap >= 0 && std::isfinite(r.attn_scale),
+           "the window, its pattern and the soft-capping must not be negative");
+      break;
+    case OpKind::Softcap: need(r.scalar > 0, "the cap must be positive"); break;
+    default: break;
+  }
+}
+
+
+}  // namespace lumen::runtime

@@ -1,0 +1,80 @@
+// The program resolved for one batch size (session_plan.cpp makes it): every
+// view as a place in the arena, every op with its hparams evaluated, its
+// matmul kernel and thread split chosen, checked against the op table.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lumen/common/numeric.h"
+#include "lumen/program/program.h"
+#include "lumen/runtime/binding.h"
+#include "lumen/runtime/compiled_model.h"
+
+namespace lumen::runtime {
+
+// Bytes of one row of `cols` elements.
+inline int64_t row_bytes(program::DType d, int64_t cols) {
+  switch (d) {
+    case program::DType::F32:
+    case program::DType::I32: return 4 * cols;
+    case program::DType::F16: return 2 * cols;
+    case program::DType::Q8_0: return cols / kQ8Block * static_cast<int64_t>(sizeof(BlockQ8_0));
+    case program::DType::ActQ8: return cols / kQ8Block * static_cast<int64_t>(sizeof(ActBlock));
+  }
+  return 0;
+}
+
+// A view resolved for one batch size: where its rows are in the arena.
+struct RView {
+  uint8_t* base = nullptr;  // row 0 at the view's first column
+  int64_t stride = 0;       // bytes between rows
+  int64_t rows = 0;
+  int64_t cols = 0;
+  program::DType dtype = program::DType::F32;
+  int buffer = -1;
+
+  float* f32(int64_t row) const { return reinterpret_cast<float*>(base + row * stride); }
+  int32_t* i32(int64_t row) const { return reinterpret_cast<int32_t*>(base + row * stride); }
+  ActBlock* act(int64_t row) const { return reinterpret_cast<ActBlock*>(base + row * stride); }
+  bool same_place(const RView& o) const { return base == o.base && stride == o.stride; }
+};
+
+// An op resolved for one batch size.
+struct ROp {
+  const program::Op* op = nullptr;
+  std::vector<RView> in;
+  RView out, residual;
+  int64_t n_heads = 0, n_heads_kv = 0, head_dim = 0;
+  float eps = 0, rope_base = 0;
+  // Attention: score scale, soft-capping (0: none), sliding window (0: none)
+  // and its layer pattern, the op's KV cache slot within a layer.
+  float attn_scale = 0, attn_softcap = 0;
+  float scalar = 0;  // Scale: the factor; Softcap: the cap
+  int64_t window = 0, window_pattern = 0;
+  int kv_slot = -1;
+  MatMulFn kernel = nullptr;
+  int64_t rows_per_task = 0, tokens_per_task = 0;
+  std::string profile_key;
+};
+
+struct Plan {
+  int64_t n = 0;
+  PerSection<std::vector<ROp>> sections;
+  RView tokens, logits;
+  std::vector<uint8_t*> buffer_base;  // row 0, column 0 of every buffer
+};
+
+// The post ops run on k gathered rows at once (the output head reads its
+// weights once for every sequence of a step): the ops of plan_for(1) with the
+// buffers the post section writes moved to a side arena of k rows.
+struct PostTemplate {
+  bool batchable = false;
+  std::vector<ROp> ops;
+  std::vector<std::vector<bool>> side_in;  // per op and input: a side buffer (else TakeLast's source)
+  std::vector<bool> side_out, side_residual;
+  RView logits;
+};
+
+}  // namespace lumen::runtime
