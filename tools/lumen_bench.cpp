@@ -21,12 +21,12 @@
 #include <string>
 #include <vector>
 
+#include "cli/session_flags.h"
 #include "lumen/common/internal_error.h"
 #include "lumen/target/int8_peak.h"
 #include "lumen/target/membw.h"
 #include "lumen/gguf/gguf.h"
 #include "lumen/runtime/compiled_model.h"
-#include "lumen/runtime/pack_cache.h"
 #include "lumen/runtime/session.h"
 
 namespace {
@@ -161,40 +161,28 @@ int main(int argc, char** argv) {
   CLI::App app{
       "lumen-bench: llama-bench's prompt-processing (pp) and text-generation (tg) tests on a\n"
       "compiled model, with the machine's read bandwidth and the roofline beside each row.\n"
-      "Example: lumen-bench model.so --gguf model.gguf -p 128,512 -n 128 -t 1,2 -r 5"};
-  std::string so_path, gguf_path, p_list = "512", n_list = "128", t_list, format = "md";
+      "Example: lumen-bench model.so --gguf model.gguf -p 128,512 -n 128 -t 1,2 -r 5",
+      "lumen-bench"};
+  std::string so_path, p_list = "512", n_list = "128", format = "md";
   int reps = 5;
-  bool profile = false, no_pack_cache = false, pack_cache_read = false;
-  std::string kv = "f16";
+  bool profile = false;
+  lumen::cli::SessionFlags flags;
   app.add_option("model", so_path, "model.so written by `lumenc compile`")->required();
-  app.add_option("--gguf", gguf_path, "GGUF weights")->required();
+  lumen::cli::add_session_flags(app, flags, {.ctx_and_batch = false, .thread_list = true});
   app.add_option("-p,--n-prompt", p_list, "prompt sizes (comma-separated; 0 to skip)");
   app.add_option("-n,--n-gen", n_list, "generation lengths (comma-separated; 0 to skip)");
-  app.add_option("-t,--threads", t_list, "thread counts (comma-separated; default: physical cores)");
   app.add_option("-r,--repetitions", reps, "repetitions per test")->check(CLI::Range(1, 1000));
   app.add_option("-o,--output", format, "output format")->check(CLI::IsMember({"md", "json"}));
-  app.add_option("--kv", kv, "KV cache type")->check(CLI::IsMember({"f16", "f32"}));
   app.add_flag("--profile", profile, "after the table, profile one pp and one tg run per op and kernel");
-  app.add_flag("--no-pack-cache", no_pack_cache, "repack the weights instead of using the packed-weight cache");
-  app.add_flag("--pack-cache-read", pack_cache_read,
-               "read the packed-weight cache into memory instead of mapping the file in place");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);
-    std::fprintf(stderr, "lumen-bench: error: %s\n", e.what());
-    return 2;
-  }
+  if (auto exit_code = lumen::cli::parse_command_line(app, argc, argv)) return *exit_code;
 
   return lumen::run_tool("lumen-bench", [&] {
     try {
       const auto prompts = parse_list(p_list, "-p");
       const auto gens = parse_list(n_list, "-n");
-      std::vector<int64_t> threads;
-      if (!t_list.empty()) threads = parse_list(t_list, "-t");
-      for (int64_t t : threads)
-        if (t < 1 || t > 1024) throw CLI::ValidationError("-t", "thread counts must be between 1 and 1024");
+      std::vector<int> threads = flags.threads;
 
+      const std::string& gguf_path = flags.gguf_path;
       auto model = std::make_shared<const lumen::runtime::CompiledModel>(lumen::runtime::load_model_so(so_path));
       const int64_t max_p = std::max<int64_t>(1, *std::max_element(prompts.begin(), prompts.end()));
       const int64_t max_n = *std::max_element(gens.begin(), gens.end());
@@ -205,14 +193,10 @@ int main(int argc, char** argv) {
       double load_s = 0, pack_s = 0;  // of the first session: what a user waits before the first token
       std::string pack_cache;         // its pack cache status: off, miss, ..., or hit and whether mapped or read
       if (threads.empty()) threads.push_back(0);
-      for (int64_t t : threads) {
-        lumen::runtime::SessionOptions opt;
-        opt.n_threads = int(t);
+      for (int t : threads) {
+        lumen::runtime::SessionOptions opt = flags.session_options(t);
         opt.n_batch = max_p;
         opt.n_ctx = ((max_p + max_n + 31) / 32) * 32;  // as llama-bench: prompt + generation, padded to 32
-        opt.kv_type = kv == "f32" ? lumen::runtime::KvType::F32 : lumen::runtime::KvType::F16;
-        if (!no_pack_cache) opt.pack_cache_dir = lumen::runtime::default_pack_cache_dir();
-        opt.map_pack_cache = !pack_cache_read;
         Session s(model, gguf_path, opt);
         const int nt = s.n_threads();
         const double bw = lumen::measure_read_bandwidth(size_t(1) << 30, nt, 5);
@@ -313,13 +297,10 @@ int main(int argc, char** argv) {
       }
 
       if (profile) {
-        lumen::runtime::SessionOptions opt;
-        opt.n_threads = int(threads.front());
+        lumen::runtime::SessionOptions opt = flags.session_options(threads.front());
         opt.n_batch = max_p;
         opt.n_ctx = ((max_p + std::max<int64_t>(max_n, 1) + 31) / 32) * 32;
         opt.profile = true;
-        if (!no_pack_cache) opt.pack_cache_dir = lumen::runtime::default_pack_cache_dir();
-        opt.map_pack_cache = !pack_cache_read;
         Session s(model, gguf_path, opt);
         run_pp(s, random_tokens(rng, max_p, s.n_vocab()));
         std::fprintf(stderr, "\nprofile: pp%lld, %d threads\n%s", (long long)max_p, s.n_threads(),
@@ -331,7 +312,7 @@ int main(int argc, char** argv) {
                        g.profile_report().c_str());
         }
       }
-    } catch (const CLI::ValidationError& e) {  // a bad -p/-n/-t list: bad usage
+    } catch (const CLI::ValidationError& e) {  // a bad -p/-n list: bad usage
       std::fprintf(stderr, "lumen-bench: error: %s\n", e.what());
       return 2;
     }

@@ -27,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/sampler_flags.h"
+#include "cli/session_flags.h"
 #include "lumen/codegen/codegen.h"
 #include "lumen/common/diagnostics.h"
 #include "lumen/common/internal_error.h"
@@ -39,7 +41,6 @@
 #include "lumen/text/chat_template.h"
 #include "lumen/gguf/gguf.h"
 #include "lumen/runtime/compiled_model.h"
-#include "lumen/runtime/pack_cache.h"
 #include "lumen/runtime/session.h"
 #include "lumen/runtime/thread_pool.h"
 #include "lumen/runtime/sampler.h"
@@ -49,18 +50,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct Options {
-  std::string model_path, gguf_path;
+// lumen-run's command line: the flags every Session tool shares, then its own.
+struct Options : lumen::cli::SessionFlags {
+  std::string model_path;
   std::optional<std::string> dsl_dir;
   std::optional<std::string> prompt, prompt_file, tokenize_text, system, dump_logits, chat_template;
   int64_t n_predict = 128;
-  int64_t n_ctx = 0;
-  int64_t n_batch = 512;
-  std::optional<int> n_threads;
-  std::string kv = "f16";
   lumen::SamplerParams sampling;
   std::vector<std::string> stops;
-  bool chat = false, interactive = false, profile = false, no_pack_cache = false, pack_cache_read = false;
+  bool chat = false, interactive = false, profile = false;
 };
 
 struct RunError : std::runtime_error {
@@ -338,14 +336,8 @@ int run(const Options& o) {
   auto load_start = Clock::now();
   const std::string model_path = o.model_path.empty() ? model_for_gguf(o) : o.model_path;
   auto model = std::make_shared<lumen::runtime::CompiledModel>(lumen::runtime::load_model_so(model_path));
-  lumen::runtime::SessionOptions so;
-  so.n_ctx = o.n_ctx;
-  so.n_batch = o.n_batch;
-  so.n_threads = o.n_threads.value_or(0);
-  so.kv_type = o.kv == "f32" ? lumen::runtime::KvType::F32 : lumen::runtime::KvType::F16;
+  lumen::runtime::SessionOptions so = o.session_options(o.n_threads());
   so.profile = o.profile;
-  if (!o.no_pack_cache) so.pack_cache_dir = lumen::runtime::default_pack_cache_dir();
-  so.map_pack_cache = !o.pack_cache_read;
   lumen::runtime::Session session(model, o.gguf_path, so);
   lumen::Tokenizer tok = lumen::Tokenizer::from_gguf(session.gguf());
   const double load_seconds = std::chrono::duration<double>(Clock::now() - load_start).count();
@@ -430,26 +422,12 @@ int main(int argc, char** argv) {
                  "model.so written by `lumenc compile`; without it, the dsl/ program for the GGUF's "
                  "architecture is compiled into the cache (LUMEN_CACHE_DIR, else XDG_CACHE_HOME/lumen)");
   app.add_option("--dsl-dir", o.dsl_dir, "folder of model programs (default: LUMEN_DSL_DIR, else the installed dsl/)");
-  app.add_option("--gguf", o.gguf_path, "GGUF file with the weights and the tokenizer")->required();
+  lumen::cli::add_session_flags(app, o);
   auto* prompt = app.add_option("-p,--prompt", o.prompt, "prompt text");
   app.add_option("-f,--file", o.prompt_file, "read the prompt from a file")->excludes(prompt);
-  app.add_option("-n,--n-predict", o.n_predict, "tokens to generate (default 128)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
-  app.add_option("--ctx", o.n_ctx, "context size in tokens (default min(4096, the model's))")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  app.add_option("--batch", o.n_batch, "prompt tokens per forward pass (default 512)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  app.add_option("-t,--threads", o.n_threads, "threads (default: physical cores)")->check(CLI::Range(1, 4096));
-  app.add_option("--kv", o.kv, "KV cache type: f16 (as llama.cpp) or f32")->check(CLI::IsMember({"f16", "f32"}));
-  app.add_option("--temp", o.sampling.temp, "temperature; 0 = greedy (default 0.8)");
-  app.add_option("--top-k", o.sampling.top_k, "top-k, <= 0 keeps all (default 40)");
-  app.add_option("--top-p", o.sampling.top_p, "top-p (default 0.95)")->check(CLI::Range(0.0, 1.0));
-  app.add_option("--min-p", o.sampling.min_p, "min-p (default 0.05)")->check(CLI::Range(0.0, 1.0));
-  app.add_option("--repeat-penalty", o.sampling.repeat_penalty, "repeat penalty, 1 = off (default 1.0)")
-      ->check(CLI::Range(1e-6, 1e6));
-  app.add_option("--repeat-last-n", o.sampling.repeat_last_n, "tokens the penalty looks back (default 64)")
-      ->check(CLI::Range(0, 1 << 20));
-  app.add_option("--seed", o.sampling.seed, "random seed (default: random)");
+  app.add_option("-n,--n-predict", o.n_predict, "tokens to generate (default " + std::to_string(o.n_predict) + ")")
+      ->check(CLI::Range(int64_t{0}, lumen::kMaxTokensToPredict));
+  lumen::cli::add_sampler_flags(app, o.sampling);
   app.add_option("--stop", o.stops, "stop when the output contains this string (repeatable)");
   app.add_flag("--chat", o.chat, "wrap the prompt in the GGUF's chat template (tokenizer.chat_template)");
   app.add_option("--chat-template", o.chat_template, "Jinja chat template file to use instead of the GGUF's");
@@ -458,19 +436,6 @@ int main(int argc, char** argv) {
   app.add_option("--tokenize", o.tokenize_text, "print the token ids of TEXT and exit");
   app.add_option("--dump-logits", o.dump_logits, "write the last prompt position's logits (raw f32) to FILE");
   app.add_flag("--profile", o.profile, "print time per op kind and kernel at the end");
-  app.add_flag("--no-pack-cache", o.no_pack_cache,
-               "repack the weights instead of using the packed-weight cache (LUMEN_CACHE_DIR, else "
-               "$XDG_CACHE_HOME/lumen or ~/.cache/lumen)");
-  app.add_flag("--pack-cache-read", o.pack_cache_read,
-               "read the packed-weight cache into memory instead of mapping the file in place");
-
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "lumen-run: error: %s\n", e.what());
-    return 2;
-  }
+  if (auto exit_code = lumen::cli::parse_command_line(app, argc, argv)) return *exit_code;
   return lumen::run_tool("lumen-run", [&o] { return run(o); });
 }

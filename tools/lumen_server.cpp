@@ -18,6 +18,7 @@
 #include <string>
 #include <thread>
 
+#include "cli/session_flags.h"
 #include "lumen/common/internal_error.h"
 #include "lumen/runtime/compiled_model.h"
 #include "lumen/runtime/session.h"
@@ -28,17 +29,14 @@
 
 namespace {
 
-struct Options {
-  std::string model_path, gguf_path, alias;
+// lumen-server's command line: the flags every Session tool shares, then its own.
+struct Options : lumen::cli::SessionFlags {
+  std::string model_path, alias;
   std::optional<std::string> chat_template;  // a Jinja file instead of the GGUF's
   lumen::server::HttpOptions http;
   int parallel = 4;
-  int64_t n_ctx = 4096;
-  int64_t n_batch = 512;
   int64_t chunk = 64;
   int64_t max_queue = 64;
-  std::optional<int> n_threads;
-  std::string kv = "f16";
   double grace_seconds = 5;
 };
 
@@ -83,12 +81,8 @@ int run(const Options& o) {
   std::unique_ptr<lumen::server::Scheduler> sched;
   try {
     auto model = std::make_shared<lumen::runtime::CompiledModel>(lumen::runtime::load_model_so(o.model_path));
-    lumen::runtime::SessionOptions so;
-    so.n_ctx = o.n_ctx;
-    so.n_batch = o.n_batch;
-    so.n_threads = o.n_threads.value_or(0);
+    lumen::runtime::SessionOptions so = o.session_options(o.n_threads());
     so.n_seq = o.parallel;
-    so.kv_type = o.kv == "f32" ? lumen::runtime::KvType::F32 : lumen::runtime::KvType::F16;
     session = std::make_unique<lumen::runtime::Session>(model, o.gguf_path, so);
     tokenizer.emplace(lumen::Tokenizer::from_gguf(session->gguf()));
     bool used_chatml = false;
@@ -110,9 +104,11 @@ int run(const Options& o) {
   std::thread scheduler_thread([&] { sched->run(); });
   http.attach(*sched, *tokenizer, *chat_template, name, session->n_ctx());
   scheduler.store(sched.get());
-  std::fprintf(stderr, "lumen-server: ready: %s, %d parallel sequences of %lld tokens, %d threads, %s\n", name.c_str(),
-               o.parallel, static_cast<long long>(session->n_ctx()), session->n_threads(),
-               session->model().target.c_str());
+  const auto& ls = session->load_stats();
+  std::fprintf(stderr, "lumen-server: ready: %s, %d parallel sequences of %lld tokens, %d threads, %s, pack cache %s\n",
+               name.c_str(), o.parallel, static_cast<long long>(session->n_ctx()), session->n_threads(),
+               session->model().target.c_str(),
+               (ls.pack_cache + (ls.pack_cache_how.empty() ? "" : ", " + ls.pack_cache_how)).c_str());
   std::fflush(stderr);
   if (stopping) sched->stop(std::chrono::milliseconds(0));  // the signal came while loading
   signal_thread.join();  // serves until a signal
@@ -132,19 +128,13 @@ int main(int argc, char** argv) {
                "  lumen-server model.so --gguf qwen2.5-0.5b-instruct-q8_0.gguf --parallel 8 --port 8080\n",
                "lumen-server"};
   app.add_option("model", o.model_path, "model.so written by `lumenc compile`")->required();
-  app.add_option("--gguf", o.gguf_path, "GGUF file with the weights and the tokenizer")->required();
+  lumen::cli::add_session_flags(app, o);
   app.add_option("--host", o.http.host, "address to listen on (default 127.0.0.1)");
   app.add_option("--port", o.http.port, "port (default 8080; 0 picks a free one)")->check(CLI::Range(0, 65535));
   app.add_option("--parallel,--np", o.parallel, "sequences generated together, one KV slot each (default 4)")
       ->check(CLI::Range(1, 256));
-  app.add_option("--ctx", o.n_ctx, "context size of each sequence in tokens (default 4096)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  app.add_option("--batch", o.n_batch, "most tokens per forward pass (default 512)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--chunk", o.chunk, "most prompt tokens of one sequence per forward pass (default 64)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  app.add_option("-t,--threads", o.n_threads, "threads (default: physical cores)")->check(CLI::Range(1, 4096));
-  app.add_option("--kv", o.kv, "KV cache type: f16 or f32")->check(CLI::IsMember({"f16", "f32"}));
   app.add_option("--api-key", o.http.api_key, "require 'Authorization: Bearer KEY' on /v1");
   app.add_option("--max-queue", o.max_queue, "requests waiting for a slot; beyond: 503 (default 64)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 16));
@@ -156,14 +146,7 @@ int main(int argc, char** argv) {
   app.add_option("--alias", o.alias, "model name in responses (default: general.name, else the file name)");
   app.add_option("--grace", o.grace_seconds, "seconds running requests get after SIGTERM (default 5)")
       ->check(CLI::Range(0.0, 3600.0));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "lumen-server: error: %s\n", e.what());
-    return 2;
-  }
+  if (auto exit_code = lumen::cli::parse_command_line(app, argc, argv)) return *exit_code;
   o.http.write_timeout_seconds = o.http.read_timeout_seconds;
   if (o.n_ctx * o.parallel > (int64_t{1} << 31)) {
     std::fprintf(stderr, "lumen-server: error: --ctx x --parallel is too large\n");

@@ -2,8 +2,11 @@
 #include "lumen/server/api.h"
 
 #include <cmath>
-#include <limits>
+#include <string>
+#include <variant>
 #include <nlohmann/json.hpp>
+
+#include "lumen/runtime/sampler.h"
 
 namespace lumen::server {
 
@@ -133,7 +136,7 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view text, const Tokeniz
       }
     }
     g.prompt_logprobs = r.echo && r.logprobs;
-    g.max_tokens = integer(body, "max_tokens", 16, 0, std::numeric_limits<int32_t>::max());
+    g.max_tokens = integer(body, "max_tokens", 16, 0, kMaxTokensToPredict);
   } else {
     const json* messages = field(body, "messages");
     if (messages == nullptr) bad("'messages' is required", "missing_field");
@@ -153,22 +156,21 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view text, const Tokeniz
     const int64_t top = integer(body, "top_logprobs", 0, 0, 20);
     if (field(body, "top_logprobs") != nullptr && !r.logprobs) bad("'top_logprobs' needs 'logprobs': true");
     g.top_logprobs = r.logprobs ? static_cast<int>(top) : -1;
-    const int64_t unlimited = std::numeric_limits<int32_t>::max();
-    g.max_tokens = integer(body, "max_completion_tokens", unlimited, 0, unlimited);
-    g.max_tokens = integer(body, "max_tokens", g.max_tokens, 0, unlimited);
+    g.max_tokens = integer(body, "max_completion_tokens", kMaxTokensToPredict, 0, kMaxTokensToPredict);
+    g.max_tokens = integer(body, "max_tokens", g.max_tokens, 0, kMaxTokensToPredict);
   }
 
-  SamplerParams& s = g.sampling;
-  s.temp = static_cast<float>(number(body, "temperature", s.temp, 0, 100));
-  s.top_p = static_cast<float>(number(body, "top_p", s.top_p, 0, 1));
-  s.min_p = static_cast<float>(number(body, "min_p", s.min_p, 0, 1));
-  s.top_k = static_cast<int32_t>(integer(body, "top_k", s.top_k, -1, std::numeric_limits<int32_t>::max()));
-  s.repeat_penalty = static_cast<float>(number(body, "repeat_penalty", s.repeat_penalty, 1e-6, 1e6));
-  s.repeat_last_n = static_cast<int32_t>(integer(body, "repeat_last_n", s.repeat_last_n, 0, 1 << 20));
-  s.presence_penalty = static_cast<float>(number(body, "presence_penalty", s.presence_penalty, -2, 2));
-  s.frequency_penalty = static_cast<float>(number(body, "frequency_penalty", s.frequency_penalty, -2, 2));
-  const int64_t seed = integer(body, "seed", -1, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
-  s.seed = seed < 0 ? kRandomSeed : static_cast<uint64_t>(seed);
+  // Every sampler field, named, bounded and defaulted by the runtime's table.
+  for (const SamplerParam& p : kSamplerParams) {
+    const std::string name(p.json_field);
+    if (const auto* real = std::get_if<RealSamplerParam>(&p.value)) {
+      float& v = g.sampling.*real->member;
+      v = static_cast<float>(number(body, name.c_str(), v, real->lo, real->hi));
+    } else {
+      const auto& integral = std::get<IntegerSamplerParam>(p.value);
+      integral.set(g.sampling, integer(body, name.c_str(), integral.get(g.sampling), integral.lo, integral.hi));
+    }
+  }
   g.ignore_eos = boolean(body, "ignore_eos", false);
   r.stream = boolean(body, "stream", false);
   if (const json* so = field(body, "stream_options")) {

@@ -1,6 +1,8 @@
 // lumen-run end to end: a real model.so (emitted from the hand-written qwen2
 // program) on the reference GGUF, and every refusal the issue lists: one
 // line on stderr, exit 1 (runtime) or 2 (command line), never a crash or hang.
+// The flags lumen-run, lumen-bench and lumen-server share (tools/cli) are
+// checked here once for all three.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,11 +14,18 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
+#include <string_view>
+#include <variant>
 #include <vector>
 
+#include "cli/sampler_flags.h"
+#include "cli/session_flags.h"
 #include "lumen/codegen/codegen.h"
 #include "lumen/gguf/gguf.h"
+#include "lumen/runtime/pack_cache.h"
+#include "lumen/runtime/sampler.h"
 #include "lumen/runtime/session.h"
 #include "lumen/text/chat.h"
 #include "lumen/text/tokenizer.h"
@@ -65,7 +74,12 @@ class Cli : public ::testing::Test {
 
   // Runs lumen-run with the arguments (each shell-quoted) and optional stdin text.
   static Result run(const std::vector<std::string>& args, const std::string& input = "") {
-    std::string cmd = quote(LUMEN_BINARY_DIR "/tools/lumen-run");
+    return run_tool("lumen-run", args, input);
+  }
+
+  // Runs the tool (lumen-run, lumen-bench or lumen-server) likewise.
+  static Result run_tool(const std::string& tool, const std::vector<std::string>& args, const std::string& input = "") {
+    std::string cmd = quote(LUMEN_BINARY_DIR "/tools/" + tool);
     for (const std::string& a : args) cmd.append(" ").append(quote(a));
     const std::string out = (dir_ / "stdout.txt").string(), err = (dir_ / "stderr.txt").string();
     const std::string in = (dir_ / "stdin.txt").string();
@@ -79,10 +93,10 @@ class Cli : public ::testing::Test {
     return r;
   }
 
-  // A refusal: the given exit code and one line "lumen-run: error: ..." containing `what`.
-  static void expect_error(const Result& r, int code, const std::string& what) {
+  // A refusal: the given exit code and one line "TOOL: error: ..." containing `what`.
+  static void expect_error(const Result& r, int code, const std::string& what, const std::string& tool = "lumen-run") {
     EXPECT_EQ(r.exit_code, code) << r.err;
-    EXPECT_EQ(r.err.rfind("lumen-run: error: ", 0), 0u) << r.err;
+    EXPECT_EQ(r.err.rfind(tool + ": error: ", 0), 0u) << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_NE(r.err.find(what), std::string::npos) << "stderr: " << r.err << "wanted: " << what;
   }
@@ -301,6 +315,145 @@ TEST_F(Cli, ModelOfAnotherAbiVersion) {
   std::ofstream(s) << "  .text\n  .globl f\nf:\n  ret\n  .section .note.GNU-stack,\"\",@progbits\n";
   ASSERT_EQ(std::system(("cc -shared -nostdlib -o " + quote(so) + " " + quote(s.string())).c_str()), 0);
   expect_error(run({so, "--gguf", testing::tiny_gguf(), "--prompt", "x"}), 1, "not a Lumen model");
+}
+
+// Every shared Session flag with a bad value, in every tool that takes it:
+// exit 2 and one line naming the flag. The GGUF is given as -m (llama.cpp's
+// spelling), so a refusal that names the bad flag, not a missing --gguf,
+// also shows that each tool takes -m.
+TEST_F(Cli, SharedSessionFlagsRefuseBadValuesInEveryTool) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string flag;
+    std::vector<std::string> tools;
+  };
+  const std::vector<std::string> all = {"lumen-run", "lumen-bench", "lumen-server"};
+  const std::vector<std::string> sized = {"lumen-run", "lumen-server"};  // lumen-bench sizes them from -p and -n
+  const std::vector<Case> cases = {
+      {{"--ctx", "0"}, "--ctx", sized},
+      {{"-c", "abc"}, "--ctx", sized},
+      {{"--ctx-size", "2000000000"}, "--ctx", sized},
+      {{"--batch", "0"}, "--batch", sized},
+      {{"-b", "x"}, "--batch", sized},
+      {{"--threads", "0"}, "--threads", all},
+      {{"-t", "1025"}, "--threads", all},
+      {{"-t", "two"}, "--threads", all},
+      {{"--kv", "f8"}, "--kv", all},
+      {{"--no-pack-cache=maybe"}, "--no-pack-cache", all},
+      {{"--pack-cache-read=maybe"}, "--pack-cache-read", all},
+  };
+  for (const Case& c : cases)
+    for (const std::string& tool : c.tools) {
+      SCOPED_TRACE(tool + " " + c.args[0]);
+      std::vector<std::string> args = {model_so_, "-m", testing::tiny_gguf()};
+      args.insert(args.end(), c.args.begin(), c.args.end());
+      expect_error(run_tool(tool, args), 2, c.flag, tool);
+    }
+  for (const std::string& tool : all) expect_error(run_tool(tool, {model_so_}), 2, "--gguf is required", tool);
+  // lumen-bench takes a list of thread counts, as llama-bench; the others one count.
+  expect_error(run_tool("lumen-bench", {model_so_, "-m", testing::tiny_gguf(), "-t", "1,0"}), 2, "--threads",
+               "lumen-bench");
+  expect_error(run({model_so_, "-m", testing::tiny_gguf(), "-t", "1,2"}), 2, "--threads");
+  // A sampler flag out of its table range (the server's JSON fields share it: http_test).
+  expect_error(run({model_so_, "-m", testing::tiny_gguf(), "--top-p", "2"}), 2, "--top-p");
+}
+
+// llama.cpp's spellings (-m, -c, -b, -t, -p, -n, -s) run what the long names run.
+TEST_F(Cli, LlamaCppSpellingsRunWhatTheLongNamesRun) {
+  const std::string gguf = testing::tiny_gguf();
+  Result long_names = run({model_so_, "--gguf", gguf, "--ctx", "64", "--batch", "2", "--threads", "1", "--prompt",
+                           "Hello world", "--n-predict", "4", "--temp", "0.7", "--top-k", "5", "--top-p", "0.9",
+                           "--min-p", "0.1", "--seed", "3"});
+  Result short_names = run({model_so_, "-m", gguf, "-c", "64", "-b", "2", "-t", "1", "-p", "Hello world", "-n", "4",
+                            "--temp", "0.7", "--top-k", "5", "--top-p", "0.9", "--min-p", "0.1", "-s", "3"});
+  ASSERT_EQ(long_names.exit_code, 0) << long_names.err;
+  ASSERT_EQ(short_names.exit_code, 0) << short_names.err;
+  EXPECT_FALSE(short_names.out.empty());
+  EXPECT_EQ(short_names.out, long_names.out);
+  EXPECT_NE(short_names.err.find("1 threads"), std::string::npos) << short_names.err;
+  EXPECT_NE(short_names.err.find("seed 3"), std::string::npos) << short_names.err;
+}
+
+// The shared flags parsed in process: the Session options they give, and
+// the defaults when they are absent (the runtime's own defaults).
+TEST(SessionFlags, GiveTheSessionOptions) {
+  cli::SessionFlags given;
+  CLI::App app{"session flags", "test"};
+  cli::add_session_flags(app, given);
+  app.parse("-m x.gguf -c 64 -b 16 -t 3 --kv f32 --no-pack-cache", /*program_name_included=*/false);
+  EXPECT_EQ(given.gguf_path, "x.gguf");
+  const SessionOptions o = given.session_options(given.n_threads());
+  EXPECT_EQ(o.n_ctx, 64);
+  EXPECT_EQ(o.n_batch, 16);
+  EXPECT_EQ(o.n_threads, 3);
+  EXPECT_EQ(o.kv_type, KvType::F32);
+  EXPECT_EQ(o.pack_cache_dir, "");
+  EXPECT_TRUE(o.map_pack_cache);
+
+  cli::SessionFlags absent;
+  CLI::App defaults{"session flags", "test"};
+  cli::add_session_flags(defaults, absent);
+  defaults.parse("--gguf x.gguf --pack-cache-read", false);
+  const SessionOptions d = absent.session_options(absent.n_threads());
+  const SessionOptions runtime_defaults;
+  EXPECT_EQ(d.n_ctx, runtime_defaults.n_ctx);
+  EXPECT_EQ(d.n_batch, runtime_defaults.n_batch);
+  EXPECT_EQ(d.n_threads, runtime_defaults.n_threads);
+  EXPECT_EQ(d.kv_type, runtime_defaults.kv_type);
+  EXPECT_EQ(d.pack_cache_dir, default_pack_cache_dir());
+  EXPECT_FALSE(d.map_pack_cache);
+
+  cli::SessionFlags bench;
+  CLI::App bench_app{"session flags", "test"};
+  cli::add_session_flags(bench_app, bench, {.ctx_and_batch = false, .thread_list = true});
+  bench_app.parse("-m x.gguf -t 1,2,4", false);
+  EXPECT_EQ(bench.threads, (std::vector<int>{1, 2, 4}));
+  EXPECT_THROW(bench_app.parse("-m x.gguf -c 64", false), CLI::ParseError);
+}
+
+TEST(KvType, NamesRoundTrip) {
+  for (const std::string_view name : kKvTypeNames) EXPECT_EQ(to_string(*parse_kv_type(name)), name);
+  EXPECT_FALSE(parse_kv_type("f8").has_value());
+}
+
+// The sampler flags come from kSamplerParams: each sets its SamplerParams
+// field and refuses a value above its range, naming the flag (the seed takes
+// every 64-bit integer, and CLI11 saturates larger ones, so it has no value
+// above its range).
+TEST(SamplerFlags, FollowTheSamplerTable) {
+  for (const SamplerParam& p : kSamplerParams) {
+    const std::string flags(p.flags);
+    const std::string name = flags.substr(flags.rfind(',') + 1);  // the long name
+    SCOPED_TRACE(name);
+    SamplerParams params;
+    CLI::App app{"sampler flags", "test"};
+    cli::add_sampler_flags(app, params);
+    std::string above;
+    if (const auto* real = std::get_if<RealSamplerParam>(&p.value)) {
+      app.parse(name + " " + std::to_string(real->hi), false);
+      EXPECT_EQ(params.*real->member, static_cast<float>(real->hi));
+      above = std::to_string(real->hi + 1);
+    } else {
+      const auto& integral = std::get<IntegerSamplerParam>(p.value);
+      app.parse(name + " " + std::to_string(integral.hi), false);
+      EXPECT_EQ(integral.get(params), integral.hi);
+      if (integral.hi == std::numeric_limits<int64_t>::max()) continue;
+      above = std::to_string(integral.hi + 1);
+    }
+    try {
+      app.parse(name + " " + above, false);
+      ADD_FAILURE() << name << " " << above << " was taken";
+    } catch (const CLI::ParseError& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+  }
+  // llama.cpp's seed -1: a random seed.
+  SamplerParams params;
+  params.seed = 7;
+  CLI::App app{"sampler flags", "test"};
+  cli::add_sampler_flags(app, params);
+  app.parse("-s -1", false);
+  EXPECT_EQ(params.seed, kRandomSeed);
 }
 
 }  // namespace

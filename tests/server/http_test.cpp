@@ -18,10 +18,13 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "../runtime/runtime_support.h"
 #include "lumen/codegen/codegen.h"
+#include "lumen/runtime/sampler.h"
+#include "synth/gguf_synth.h"
 
 namespace lumen::server {
 namespace {
@@ -35,12 +38,14 @@ struct ServerProcess {
   int port = 0;
   FILE* err = nullptr;
 
-  void start(const std::string& model_so, const std::vector<std::string>& extra) {
+  std::string ready_line;  // "lumen-server: ready: ..." (context, threads, pack cache)
+
+  // Starts lumen-server on MODEL.so with `args` (after the model) on a free port.
+  void start(const std::string& model_so, const std::vector<std::string>& args_after_model) {
     int fds[2];
     ASSERT_EQ(pipe(fds), 0);
-    std::vector<std::string> args = {LUMEN_BINARY_DIR "/tools/lumen-server", model_so, "--gguf",
-                                     runtime::testing::tiny_gguf(), "--port", "0", "--ctx", "256", "-t", "2"};
-    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<std::string> args = {LUMEN_BINARY_DIR "/tools/lumen-server", model_so, "--port", "0"};
+    args.insert(args.end(), args_after_model.begin(), args_after_model.end());
     pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
@@ -64,7 +69,14 @@ struct ServerProcess {
     httplib::Client c("127.0.0.1", port);
     for (int i = 0; i < 600; ++i) {
       auto r = c.Get("/health");
-      if (r && r->status == 200) return;
+      if (r && r->status == 200) {
+        // The ready line follows the attach that turns /health to 200.
+        while (fgets(line, sizeof line, err) != nullptr) {
+          ready_line = line;
+          if (ready_line.find("lumen-server: ready: ") == 0) return;
+        }
+        FAIL() << "no ready line; last: " << ready_line;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     FAIL() << "the server never became ready";
@@ -96,11 +108,21 @@ class Http : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = fs::path(LUMEN_BINARY_DIR) / "tests" / "server" / "http_test_files" / std::to_string(getpid());
     fs::create_directories(dir_);
+    // The servers' packed-weight cache goes here, not into the user's cache.
+    setenv("LUMEN_CACHE_DIR", (dir_ / "pack_cache").c_str(), 1);
     model_so_ = (dir_ / "qwen2.so").string();
     program::Program p = program::deserialize(runtime::testing::read_file(runtime::testing::qwen2_program_path()));
     codegen::emit_model_so(p, best_isa(cpu_features()), model_so_);
     server_ = new ServerProcess;
-    server_->start(model_so_, {"--parallel", "8", "--max-body", "65536", "--chunk", "16"});
+    server_->start(model_so_, tiny_args({"--parallel", "8", "--max-body", "65536", "--chunk", "16"}));
+  }
+
+  // The reference model with 256 positions per sequence on 2 threads (in
+  // llama.cpp's spellings), then `extra`.
+  static std::vector<std::string> tiny_args(const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"-m", runtime::testing::tiny_gguf(), "-c", "256", "-t", "2"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
   }
   static void TearDownTestSuite() {
     if (server_) server_->terminate();
@@ -276,6 +298,23 @@ TEST_F(Http, BadRequestsGetOpenAiErrorsAndChangeNothing) {
   EXPECT_EQ(health->status, 200);
 }
 
+// The sampler fields are checked by the runtime's sampler table (the one
+// lumen-run's flags come from): a wrong type and a value above the range are
+// 400s naming the field.
+TEST_F(Http, SamplerFieldsAreCheckedByTheSamplerTable) {
+  for (const SamplerParam& p : kSamplerParams) {
+    const std::string field(p.json_field);
+    SCOPED_TRACE(field);
+    expect_error("/v1/completions", json{{"prompt", "x"}, {field, "high"}}.dump(), 400, field);
+    json above = {{"prompt", "x"}};
+    if (const auto* real = std::get_if<RealSamplerParam>(&p.value))
+      above[field] = real->hi + 1;
+    else
+      above[field] = static_cast<uint64_t>(std::get<IntegerSamplerParam>(p.value).hi) + 1;
+    expect_error("/v1/completions", above.dump(), 400, field);
+  }
+}
+
 double metric_value(int port, const std::string& name) {
   auto m = httplib::Client("127.0.0.1", port).Get("/metrics");
   if (!m) return -1;
@@ -343,7 +382,7 @@ TEST_F(Http, FloodOf48SimultaneousRequestsIsServed) {
 
 TEST_F(Http, ApiKeyFullQueueAndSigterm) {
   ServerProcess small;
-  small.start(model_so_, {"--parallel", "1", "--max-queue", "0", "--api-key", "sesame"});
+  small.start(model_so_, tiny_args({"--parallel", "1", "--max-queue", "0", "--api-key", "sesame"}));
   const std::string body = json{{"prompt", "Hello"}, {"max_tokens", 200}, {"ignore_eos", true}}.dump();
   auto no_key = post("/v1/completions", body, small.port);
   ASSERT_TRUE(no_key);
@@ -374,6 +413,49 @@ TEST_F(Http, ApiKeyFullQueueAndSigterm) {
   EXPECT_EQ(small.terminate(), 0);
   holder.join();
   EXPECT_EQ(long_status, 200);
+}
+
+// Without --ctx the context is min(4096, the model's training context), as in
+// lumen-run (the shared Session default): a model trained on 512 positions
+// serves 512; an explicit --ctx above that is an error, as in lumen-run.
+TEST_F(Http, DefaultContextIsCappedByTheTrainingContext) {
+  gguf::SynthConfig config = gguf::synth_preset("tiny");  // the reference model's shape
+  config.n_ctx = 512;
+  config.vocab_from = runtime::testing::tiny_gguf();
+  const std::string small_ctx = (dir_ / "ctx512.gguf").string();
+  gguf::synthesize(config, small_ctx);
+
+  ServerProcess server;
+  server.start(model_so_, {"-m", small_ctx, "-t", "2", "--parallel", "1"});
+  EXPECT_NE(server.ready_line.find("1 parallel sequences of 512 tokens"), std::string::npos) << server.ready_line;
+  EXPECT_EQ(server.terminate(), 0);
+
+  const std::string err = (dir_ / "ctx_error.txt").string();
+  const std::string cmd = std::string(LUMEN_BINARY_DIR "/tools/lumen-server ") + model_so_ + " -m " + small_ctx +
+                          " --port 0 -t 2 -c 1024 2>" + err;
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  EXPECT_NE(runtime::testing::read_file(err).find(
+                "lumen-server: error: context size 1024 exceeds the model's training context of 512\n"),
+            std::string::npos)
+      << runtime::testing::read_file(err);
+}
+
+// The server loads through the packed-weight cache, as lumen-run: the suite's
+// server wrote it (LUMEN_CACHE_DIR), the next one reads it; --no-pack-cache
+// repacks.
+TEST_F(Http, ServerUsesThePackCache) {
+  EXPECT_NE(server_->ready_line.find("pack cache "), std::string::npos) << server_->ready_line;
+  EXPECT_FALSE(fs::is_empty(dir_ / "pack_cache"));
+  ServerProcess again;
+  again.start(model_so_, tiny_args({"--parallel", "1"}));
+  EXPECT_NE(again.ready_line.find("pack cache hit"), std::string::npos) << again.ready_line;
+  EXPECT_EQ(again.terminate(), 0);
+  ServerProcess repacking;
+  repacking.start(model_so_, tiny_args({"--parallel", "1", "--no-pack-cache"}));
+  EXPECT_NE(repacking.ready_line.find("pack cache off"), std::string::npos) << repacking.ready_line;
+  EXPECT_EQ(repacking.terminate(), 0);
 }
 
 }  // namespace

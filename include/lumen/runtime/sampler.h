@@ -4,12 +4,15 @@
 // lowest id) when temp <= 0. Also stop-string matching for streamed output.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <span>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 namespace lumen {
@@ -30,6 +33,57 @@ struct SamplerParams {
   // std::mt19937 with their low 32 bits, as llama.cpp's uint32 seed.
   uint64_t seed = kRandomSeed;
 };
+
+// Every sampler parameter a user can set, stated once: lumen-run's flags
+// (tools/cli/sampler_flags.cpp) and the HTTP API's request validation
+// (src/server/api.cpp) both derive from this table. The default is the
+// SamplerParams member's initializer, read back through the entry.
+struct RealSamplerParam {
+  double lo, hi;  // the accepted range, inclusive
+  float SamplerParams::*member;
+};
+struct IntegerSamplerParam {
+  int64_t lo, hi;  // the accepted range, inclusive
+  int64_t (*get)(const SamplerParams&);
+  void (*set)(SamplerParams&, int64_t);
+};
+struct SamplerParam {
+  std::string_view flags;       // lumen-run's names, as CLI11 takes them ("-s,--seed")
+  std::string_view json_field;  // the request field of the OpenAI / llama-server API
+  std::string_view help;        // one line, without the default
+  std::variant<RealSamplerParam, IntegerSamplerParam> value;
+};
+
+inline constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
+inline constexpr std::array<SamplerParam, 9> kSamplerParams = {{
+    {"--temp", "temperature", "temperature; 0 = greedy", RealSamplerParam{0, 100, &SamplerParams::temp}},
+    {"--top-k", "top_k", "top-k; <= 0 keeps all",
+     IntegerSamplerParam{-1, kInt32Max, [](const SamplerParams& s) -> int64_t { return s.top_k; },
+                         [](SamplerParams& s, int64_t v) { s.top_k = static_cast<int32_t>(v); }}},
+    {"--top-p", "top_p", "top-p; 1 = off", RealSamplerParam{0, 1, &SamplerParams::top_p}},
+    {"--min-p", "min_p", "min-p; 0 = off", RealSamplerParam{0, 1, &SamplerParams::min_p}},
+    {"--repeat-penalty", "repeat_penalty", "repeat penalty; 1 = off",
+     RealSamplerParam{1e-6, 1e6, &SamplerParams::repeat_penalty}},
+    {"--repeat-last-n", "repeat_last_n", "tokens of history the penalties look at",
+     IntegerSamplerParam{0, 1 << 20, [](const SamplerParams& s) -> int64_t { return s.repeat_last_n; },
+                         [](SamplerParams& s, int64_t v) { s.repeat_last_n = static_cast<int32_t>(v); }}},
+    {"--presence-penalty", "presence_penalty", "presence penalty; 0 = off",
+     RealSamplerParam{-2, 2, &SamplerParams::presence_penalty}},
+    {"--frequency-penalty", "frequency_penalty", "frequency penalty; 0 = off",
+     RealSamplerParam{-2, 2, &SamplerParams::frequency_penalty}},
+    // Negative: a random seed (as llama.cpp's -1); others seed with their low 32 bits.
+    {"-s,--seed", "seed", "random seed; negative = random",
+     IntegerSamplerParam{std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),
+                         [](const SamplerParams& s) -> int64_t {
+                           return s.seed == kRandomSeed ? -1 : static_cast<int64_t>(s.seed);
+                         },
+                         [](SamplerParams& s, int64_t v) { s.seed = v < 0 ? kRandomSeed : static_cast<uint64_t>(v); }}},
+}};
+
+// The most tokens one run or request may ask to generate (lumen-run's -n,
+// the API's max_tokens and max_completion_tokens).
+inline constexpr int64_t kMaxTokensToPredict = kInt32Max;
 
 // One entry of the candidate set the final draw picks from.
 struct Candidate {

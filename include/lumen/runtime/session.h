@@ -4,11 +4,14 @@
 // lumen-run, lumen-bench and the tests.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "lumen/gguf/gguf.h"
 #include "lumen/runtime/compiled_model.h"
@@ -16,6 +19,18 @@
 namespace lumen::runtime {
 
 enum class KvType { F16, F32 };
+
+// The name of each KV cache type as `--kv` spells it, indexed by the enum.
+inline constexpr std::array<std::string_view, 2> kKvTypeNames = {"f16", "f32"};
+
+inline std::string_view to_string(KvType type) { return kKvTypeNames[static_cast<size_t>(type)]; }
+
+// The KV cache type named `name`, or none.
+inline std::optional<KvType> parse_kv_type(std::string_view name) {
+  for (size_t i = 0; i < kKvTypeNames.size(); ++i)
+    if (kKvTypeNames[i] == name) return static_cast<KvType>(i);
+  return std::nullopt;
+}
 
 struct SessionOptions {
   int64_t n_ctx = 0;        // KV cache positions; 0: min(4096, the model's training context)
