@@ -97,8 +97,8 @@ class Http : public ::testing::Test {
     dir_ = fs::path(LUMEN_BINARY_DIR) / "tests" / "server" / "http_test_files" / std::to_string(getpid());
     fs::create_directories(dir_);
     model_so_ = (dir_ / "qwen2.so").string();
-    program::Program p = program::deserialize(runtime::testing::read_file(runtime::testing::qwen2_program_path()));
-    codegen::emit_model_so(p, best_isa(cpu_features()), model_so_);
+    codegen::emit_model_so(runtime::testing::qwen2_program(best_isa(cpu_features())), best_isa(cpu_features()),
+                           model_so_);
     server_ = new ServerProcess;
     server_->start(model_so_, {"--parallel", "8", "--max-body", "65536", "--chunk", "16"});
   }
