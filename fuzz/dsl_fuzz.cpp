@@ -37,20 +37,22 @@ void compile(const lumen::dsl::ast::Module& ast, std::string_view source) {
   }
   lumen::ir::Module& m = *lowered;
   if (!lumen::ir::verify(m, /*require_types=*/false).empty()) return;
-  lumen::passes::run_pipeline(m);
-  const lumen::program::Program program = lumen::passes::lower_to_program(m);
-  const lumen::program::Program back = lumen::program::deserialize(lumen::program::serialize(program));
-  if (lumen::program::serialize(back) != lumen::program::serialize(program)) __builtin_trap();
-  std::set<std::string> done;
-  for (const auto* ops : {&program.pre, &program.layer, &program.post})
-    for (const lumen::program::Op& op : *ops) {
-      if (op.kind != lumen::program::OpKind::MatMul) continue;
-      for (const lumen::program::KernelId& kernel : op.schedule.kernels())
-        for (lumen::Isa isa : {lumen::Isa::Avx512Vnni, lumen::Isa::Avx512, lumen::Isa::Avx2}) {
-          if (!done.insert(to_string(kernel) + "/" + to_string(isa)).second) continue;
-          if (lumen::codegen::generate_matmul_kernel(isa, kernel).empty()) __builtin_trap();
-        }
-    }
+  // The schedule picks the kernels per target: every target's must generate.
+  for (lumen::Isa isa : lumen::kAllIsas) {
+    lumen::ir::Module scheduled = m;
+    lumen::passes::run_pipeline(scheduled, isa);
+    const lumen::program::Program program = lumen::passes::lower_to_program(scheduled);
+    const lumen::program::Program back = lumen::program::deserialize(lumen::program::serialize(program));
+    if (lumen::program::serialize(back) != lumen::program::serialize(program)) __builtin_trap();
+    std::set<lumen::program::KernelId> done;
+    for (const auto* ops : {&program.pre, &program.layer, &program.post})
+      for (const lumen::program::Op& op : *ops) {
+        if (op.kind != lumen::program::OpKind::MatMul) continue;
+        for (const lumen::program::KernelId& kernel : op.schedule.kernels())
+          if (done.insert(kernel).second && lumen::codegen::generate_matmul_kernel(isa, kernel).empty())
+            __builtin_trap();
+      }
+  }
 }
 
 }  // namespace

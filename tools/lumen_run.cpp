@@ -194,7 +194,7 @@ std::string model_for_gguf(const Options& o) {
   if (!lowered) throw RunError("cannot lower '" + program_path + "' to the IR");
   auto problems = lumen::ir::verify(*lowered, /*require_types=*/false);
   LUMEN_ASSERT(problems.empty(), "the lowered IR does not verify: " + problems.front());
-  lumen::passes::run_pipeline(*lowered);
+  lumen::passes::run_pipeline(*lowered, isa);
   const lumen::program::Program program = lumen::passes::lower_to_program(*lowered);
   // Written beside its final name and renamed: a concurrent run never loads a half file.
   const fs::path partial = so.string() + fmt::format(".{}.partial", static_cast<long>(::getpid()));

@@ -126,9 +126,9 @@ lumen::Isa parse_target(const std::string& target) {
   return lumen::best_isa(lumen::cpu_features());  // "native"
 }
 
-lumen::program::Program compile_to_program(const std::string& path) {
+lumen::program::Program compile_to_program(const std::string& path, lumen::Isa target) {
   lumen::ir::Module m = load_ir(path);
-  lumen::passes::run_pipeline(m);
+  lumen::passes::run_pipeline(m, target);
   return lumen::passes::lower_to_program(m);
 }
 
@@ -178,16 +178,25 @@ int main(int argc, char** argv) {
       "  lumenc dump-ir --set n_vocab=151936 --set n_embd=896 --set n_ff=4864 --set n_head=14 \\\n"
       "         --set n_head_kv=2 dsl/qwen2.dsl     (arena size for Qwen2.5-0.5B at N=1, 32, 512)\n");
 
+  // The schedule picks each matmul's kernels for the target: dump-ir and
+  // dump-program show what compile would generate for it.
+  std::string target = "native";
+  auto add_target = [&target](CLI::App* command) {
+    command->add_option("--target", target, "avx512-vnni, avx512, avx-vnni, avx2, or native (this CPU's best)")
+        ->check(CLI::IsMember({"avx512-vnni", "avx512", "avx-vnni", "avx2", "native"}));
+  };
+  add_target(dump_ir);
+
   auto* dump_program = app.add_subcommand("dump-program", "Print the scheduled program (the text model.so embeds).");
   dump_program->add_option("FILE", file, "the model program (.dsl), or IR text (.ir)")->required();
-  dump_program->footer("Example: lumenc dump-program dsl/qwen2.dsl\n");
+  add_target(dump_program);
+  dump_program->footer("Example: lumenc dump-program dsl/qwen2.dsl --target avx2\n");
 
-  std::string output, target = "native";
+  std::string output;
   auto* compile = app.add_subcommand("compile", "Compile to model.so (kernels for one x86-64 target).");
   compile->add_option("FILE", file, "the model program (.dsl)")->required();
   compile->add_option("-o,--output", output, "the shared object to write")->required();
-  compile->add_option("--target", target, "avx512-vnni, avx512, avx-vnni, avx2, or native (this CPU's best)")
-      ->check(CLI::IsMember({"avx512-vnni", "avx512", "avx-vnni", "avx2", "native"}));
+  add_target(compile);
   compile->footer("Example: lumenc compile dsl/qwen2.dsl -o qwen2.so --target avx2\n");
 
   try {
@@ -232,7 +241,7 @@ int main(int argc, char** argv) {
           if (!problems.empty())
             throw Failure("--only=" + only + " needs a fully typed IR (run infer_shapes first): " + problems.front());
         }
-        pass->run(m);
+        pass->run(m, parse_target(target));
         lumen::ir::verify_or_throw(m);
         std::cout << lumen::ir::print_module(m);
         return 0;
@@ -245,7 +254,7 @@ int main(int argc, char** argv) {
       if (!all && !lumen::passes::find_pass(after))
         throw Failure("unknown pass '" + after + "' (see lumenc dump-ir --help)");
       lumen::passes::run_pipeline(
-          m,
+          m, parse_target(target),
           [&](const lumen::passes::PassInfo& pass, const lumen::ir::Module& current) {
             if (all) std::cout << "// ----- IR after " << pass.name << " -----\n" << lumen::ir::print_module(current);
           },
@@ -255,12 +264,12 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*dump_program) {
-      std::cout << lumen::program::serialize(compile_to_program(file));
+      std::cout << lumen::program::serialize(compile_to_program(file, parse_target(target)));
       return 0;
     }
     if (*compile) {
-      lumen::program::Program program = compile_to_program(file);
-      lumen::codegen::emit_model_so(program, parse_target(target), output);
+      const lumen::Isa isa = parse_target(target);
+      lumen::codegen::emit_model_so(compile_to_program(file, isa), isa, output);
       return 0;
     }
     return 0;

@@ -13,12 +13,16 @@
 #include <cstring>
 #include <ctime>
 #include <functional>
+#include <limits>
+#include <memory>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "lumen/codegen/codegen.h"
 #include "lumen/codegen/kernel_support.h"
+#include "lumen/passes/passes.h"
 #include "lumen/target/membw.h"
 #include "lumen/target/kernel_abi.h"
 #include "lumen/target/page_buffer.h"
@@ -239,7 +243,7 @@ int main(int argc, char** argv) {
   CLI::App app("Benchmark of the generated Q8_0 matmul kernels at the Qwen2.5-0.5B shapes");
   std::string isa_name;
   std::vector<int> thread_counts = {1, 2};
-  std::string gemm_tile = "m48n4";
+  std::string gemm_tile;
   int64_t tokens_per_task = 64;
   int64_t prefetch = -1, gemm_prefetch = -1;
   double window_ms = 20;
@@ -247,7 +251,7 @@ int main(int argc, char** argv) {
   int64_t cold_bytes = int64_t(512) << 20;
   app.add_option("--isa", isa_name, "avx512-vnni, avx512, avx-vnni or avx2 (default: best for this CPU)");
   app.add_option("--threads", thread_counts, "thread counts to run")->delimiter(',');
-  app.add_option("--tile", gemm_tile, "GEMM register tile, m<M>n<N> (default: the schedule pass's)");
+  app.add_option("--tile", gemm_tile, "GEMM register tile, m<M>n<N> (default: the schedule pass's for the ISA)");
   app.add_option("--tokens-per-task", tokens_per_task, "GEMM tokens per kernel call");
   app.add_option("--prefetch", prefetch, "GEMV software prefetch distance in bytes (-1: kernel default)");
   app.add_option("--gemm-prefetch", gemm_prefetch, "GEMM software prefetch distance in bytes (-1: kernel default)");
@@ -302,14 +306,19 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "lumen-bench-kernels: --tokens-per-task and --cold-bytes must be positive\n");
     return 1;
   }
-  // The prefill kernel of an epilogue with the --tile register tile.
-  auto gemm_id = [&gemm_tile](Epilogue e) {
-    return program::parse_kernel_id(std::string("gemm.") + program::to_string(e) + "." + gemm_tile);
+  // The prefill kernel of an epilogue: the schedule's for this ISA, or with the --tile register tile.
+  auto gemm_id = [&gemm_tile, isa](Epilogue e) {
+    return gemm_tile.empty() ? std::optional(passes::prefill_kernel(isa, e))
+                             : program::parse_kernel_id(std::string("gemm.") + program::to_string(e) + "." + gemm_tile);
   };
-  if (std::string why; !program::parse_kernel_id("gemm.none." + gemm_tile, &why)) {
-    fmt::print(stderr, "lumen-bench-kernels: bad --tile: {}\n", why);
-    return 1;
+  for (Epilogue e : {Epilogue::Bias, Epilogue::Residual, Epilogue::SiluMul, Epilogue::None}) {
+    std::string why;
+    if (const std::optional<KernelId> id = gemm_id(e); !id || !program::fits(*id, isa, &why)) {
+      fmt::print(stderr, "lumen-bench-kernels: bad --tile for {}: {}\n", program::to_string(e), why);
+      return 1;
+    }
   }
+  auto tile_name = [](const KernelId& k) { return fmt::format("m{}n{}", k.tile_m, k.tile_n); };
   fmt::print("cpu: {}\nisa: {}\n", cpu_feature_names(cpu_features()), to_string(isa));
 
   const Shape shapes[] = {
@@ -340,13 +349,18 @@ int main(int argc, char** argv) {
         const KernelId gemv = KernelId::gemv(s.epilogue);
         JitKernel gemv_kernel(isa, gemv);
         const double t1 = time_matmul(pool, gemv_kernel.fn(), w, s, x, y, bias, 1, 1, window);
-        JitKernel tile_kernel(isa, gemm_id(s.epilogue).value());
+        const KernelId tile = gemm_id(s.epilogue).value();
+        JitKernel tile_kernel(isa, tile);
         // m16n8 streams each weight block once for up to 8 tokens; with
-        // --gemm-prefetch it also prefetches the weight stream like the GEMV.
+        // --gemm-prefetch it also prefetches the weight stream like the GEMV
+        // (where the ISA's registers hold it: not on the ymm ISAs).
         const KernelId n8 = KernelId::gemm(s.epilogue, 16, 8);
-        KernelShape n8_shape = codegen::kernel_shape(isa, n8);
-        if (gemm_prefetch >= 0) n8_shape.prefetch_bytes = gemm_prefetch;
-        JitKernel n8_kernel(codegen::generate_matmul_kernel(isa, n8, n8_shape));
+        std::unique_ptr<JitKernel> n8_kernel;
+        if (program::fits(n8, isa)) {
+          KernelShape n8_shape = codegen::kernel_shape(isa, n8);
+          if (gemm_prefetch >= 0) n8_shape.prefetch_bytes = gemm_prefetch;
+          n8_kernel = std::make_unique<JitKernel>(codegen::generate_matmul_kernel(isa, n8, n8_shape));
+        }
         const std::string n8_name = gemm_prefetch > 0 ? "m16n8+pf" : "m16n8";
         // The batch kernel the runtime runs for 2..8 tokens.
         const KernelId batch = KernelId::batch(s.epilogue);
@@ -355,10 +369,11 @@ int main(int argc, char** argv) {
         std::string cells;
         for (int64_t n : {2, 4, 8, 16}) {
           const double ta = time_matmul(pool, tile_kernel.fn(), w, s, x, y, bias, n, n, window);
-          const double tb = time_matmul(pool, n8_kernel.fn(), w, s, x, y, bias, n, n, window);
+          const double tb = n8_kernel ? time_matmul(pool, n8_kernel->fn(), w, s, x, y, bias, n, n, window)
+                                      : std::numeric_limits<double>::infinity();
           const double tc = time_matmul(pool, batch_kernel.fn(), w, s, x, y, bias, n, n, window);
           const double best = std::min({ta, tb, tc});
-          const std::string& best_name = best == ta ? gemm_tile : best == tb ? n8_name : batch_name;
+          const std::string best_name = best == ta ? tile_name(tile) : best == tb ? n8_name : batch_name;
           cells += fmt::format(" {:>22}", fmt::format("{:.1f} ({:.2f}x) {}", best * 1e6, best / t1, best_name));
         }
         fmt::print("{:<18} {:>9.1f} |{}\n", s.name, t1 * 1e6, cells);
@@ -429,9 +444,7 @@ int main(int argc, char** argv) {
         KernelShape shape = codegen::kernel_shape(isa, gemv);
         shape.groups = groups;
         shape.fp32_acc_in_memory = in_memory;
-        const int64_t packed = groups * (down.epilogue == Epilogue::SiluMul ? 2 : 1);
-        const int64_t fits = in_memory ? codegen::max_int_accumulators(isa) : codegen::max_accumulators(isa);
-        if (packed * (is_ymm_isa(isa) ? 2 : 1) > fits || packed + 1 > 12) continue;
+        if (!tile_fits(isa, groups * (down.epilogue == Epilogue::SiluMul ? 2 : 1), 1, in_memory)) continue;
         JitKernel k(codegen::generate_matmul_kernel(isa, gemv, shape));
         const double t = time_matmul(pool, k.fn(), w, down, x, y, bias, 1, 1, window);
         fmt::print("gemv {} groups {}{}: {:.1f} GB/s\n", down.name, groups, in_memory ? " (fp32 acc in memory)" : "",
@@ -445,12 +458,12 @@ int main(int argc, char** argv) {
       shape.chunk_act_bytes = chunk;
       JitKernel k(codegen::generate_matmul_kernel(isa, spec, shape));
       const double t = time_matmul(pool, k.fn(), w, down, x, y, bias, 512, 512, window);
-      fmt::print("gemm {} {} n512 in one call, token chunk {} KiB: {:.2f} us/token\n", down.name, gemm_tile,
+      fmt::print("gemm {} {} n512 in one call, token chunk {} KiB: {:.2f} us/token\n", down.name, tile_name(spec),
                  chunk >> 10, t / 512 * 1e6);
     }
     for (auto [groups, tokens] : {std::pair<int64_t, int64_t>{1, 2}, {1, 3}, {1, 4}, {1, 5}, {2, 2}}) {
       if (sweep != "gemm" || !is_ymm_isa(isa)) break;
-      if (isa == Isa::AvxVnni && tokens > 3) continue;
+      if (!tile_fits(isa, groups, tokens, true)) continue;
       const KernelId spec = gemm_id(Epilogue::Residual).value();
       KernelShape shape = codegen::kernel_shape(isa, spec);
       shape.groups = groups;
@@ -465,7 +478,8 @@ int main(int argc, char** argv) {
                                   {64, 3}}) {
       if (sweep != "gemm") break;
       const KernelId kernel = KernelId::gemm(Epilogue::Residual, tile_m, tile_n);
-      const std::string tile = "m" + std::to_string(tile_m) + "n" + std::to_string(tile_n);
+      if (!program::fits(kernel, isa)) continue;
+      const std::string tile = tile_name(kernel);
       JitKernel k(isa, kernel);
       const double t = time_matmul(pool, k.fn(), w, down, x, y, bias, 512, tokens_per_task, window);
       fmt::print("gemm {} {} n512: {:.2f} us/token, {:.0f} GOP/s\n", down.name, tile, t / 512 * 1e6,

@@ -15,6 +15,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -64,6 +66,47 @@ std::vector<program::KernelId> kernels_of(const program::Program& p) {
   return kernels;
 }
 
+// The ABI structs of model_abi.h as the assembler writes them: each field in
+// declaration order with its offset and size, one .long or .quad per field.
+struct AbiField {
+  size_t offset, size;
+};
+#define LUMEN_ABI_FIELD(S, member) AbiField{offsetof(S, member), sizeof(S::member)}
+constexpr AbiField kKernelEntryFields[] = {
+    LUMEN_ABI_FIELD(lumen_kernel_entry, name),      LUMEN_ABI_FIELD(lumen_kernel_entry, code),
+    LUMEN_ABI_FIELD(lumen_kernel_entry, code_size), LUMEN_ABI_FIELD(lumen_kernel_entry, kind),
+    LUMEN_ABI_FIELD(lumen_kernel_entry, epilogue)};
+constexpr AbiField kModelAbiFields[] = {
+    LUMEN_ABI_FIELD(lumen_model_abi, abi_version), LUMEN_ABI_FIELD(lumen_model_abi, reserved),
+    LUMEN_ABI_FIELD(lumen_model_abi, required_cpu), LUMEN_ABI_FIELD(lumen_model_abi, target),
+    LUMEN_ABI_FIELD(lumen_model_abi, arch),         LUMEN_ABI_FIELD(lumen_model_abi, compiler),
+    LUMEN_ABI_FIELD(lumen_model_abi, program),      LUMEN_ABI_FIELD(lumen_model_abi, program_size),
+    LUMEN_ABI_FIELD(lumen_model_abi, n_kernels),    LUMEN_ABI_FIELD(lumen_model_abi, reserved2),
+    LUMEN_ABI_FIELD(lumen_model_abi, kernels)};
+#undef LUMEN_ABI_FIELD
+
+// The fields follow each other without padding and end where the struct
+// does, each 4 or 8 bytes: a field added to, removed from, moved or widened in
+// model_abi.h and not here fails to compile.
+template <size_t N>
+constexpr bool lists_the_struct(const AbiField (&fields)[N], size_t struct_size) {
+  size_t at = 0;
+  for (const AbiField& f : fields) {
+    if (f.offset != at || (f.size != 4 && f.size != 8)) return false;
+    at += f.size;
+  }
+  return at == struct_size;
+}
+static_assert(lists_the_struct(kKernelEntryFields, sizeof(lumen_kernel_entry)));
+static_assert(lists_the_struct(kModelAbiFields, sizeof(lumen_model_abi)));
+static_assert(alignof(lumen_kernel_entry) == 8 && alignof(lumen_model_abi) == 8);  // .p2align 3
+
+// One struct's values (assembler expressions), a field each.
+template <size_t N>
+void write_struct(std::ostream& os, const AbiField (&fields)[N], const std::array<std::string, N>& values) {
+  for (size_t i = 0; i < N; ++i) os << (fields[i].size == 8 ? "  .quad " : "  .long ") << values[i] << '\n';
+}
+
 uint32_t kernel_table_kind(program::KernelKind k) {
   switch (k) {
     case program::KernelKind::Gemv: return LUMEN_KERNEL_GEMV;
@@ -74,7 +117,7 @@ uint32_t kernel_table_kind(program::KernelKind k) {
 }
 
 // Runs argv, returns its exit status; stderr goes to `log_path`.
-int run_tool(const std::vector<std::string>& argv, const std::string& log_path) {
+int run_command(const std::vector<std::string>& argv, const std::string& log_path) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 2, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -134,14 +177,15 @@ void emit_model_so(const program::Program& program, Isa isa, const std::string& 
   s << "  .section .data.rel.ro,\"aw\"\n  .p2align 3\n.Lkernels:\n";
   for (size_t i = 0; i < kernels.size(); ++i) {
     const program::KernelId& k = kernels[i];
-    const std::string symbol = program::kernel_symbol(k);
-    s << "  .quad .Lname" << i << "\n  .quad " << symbol << "\n  .quad " << code_sizes[i] << "\n  .long "
-      << kernel_table_kind(k.kind) << ", " << static_cast<uint32_t>(k.epilogue) << "\n";
+    write_struct(s, kKernelEntryFields,
+                 {".Lname" + std::to_string(i), program::kernel_symbol(k), std::to_string(code_sizes[i]),
+                  std::to_string(kernel_table_kind(k.kind)), std::to_string(static_cast<uint32_t>(k.epilogue))});
   }
-  s << ".Labi:\n  .long " << LUMEN_MODEL_ABI_VERSION << ", 0\n  .quad " << required_features(isa)
-    << "\n  .quad .Ltarget\n  .quad .Larch\n  .quad .Lcompiler\n  .quad .Lprogram\n  .quad "
-    << program_text.size() << "\n  .long " << kernels.size() << ", 0\n  .quad "
-    << (kernels.empty() ? std::string("0") : std::string(".Lkernels")) << "\n";
+  s << ".Labi:\n";
+  write_struct(s, kModelAbiFields,
+               {std::to_string(LUMEN_MODEL_ABI_VERSION), "0", std::to_string(required_features(isa)), ".Ltarget",
+                ".Larch", ".Lcompiler", ".Lprogram", std::to_string(program_text.size()),
+                std::to_string(kernels.size()), "0", kernels.empty() ? std::string("0") : std::string(".Lkernels")});
   s << "  .section .note.GNU-stack,\"\",@progbits\n";
 
   namespace fs = std::filesystem;
@@ -160,7 +204,7 @@ void emit_model_so(const program::Program& program, Isa isa, const std::string& 
   }
   const char* cc_env = std::getenv("CC");
   const std::string cc = cc_env && *cc_env ? cc_env : "cc";
-  const int rc = run_tool({cc, "-shared", "-nostdlib", "-Wl,-z,noexecstack", "-Wl,--hash-style=gnu",
+  const int rc = run_command({cc, "-shared", "-nostdlib", "-Wl,-z,noexecstack", "-Wl,--hash-style=gnu",
                            "-o", out_path, asm_path.string()},
                           log_path.string());
   const std::string why = rc == -1 ? "cannot run '" + cc + "'" : first_line_of(log_path.string());

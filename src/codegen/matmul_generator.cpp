@@ -38,12 +38,18 @@ using program::Epilogue;
 using namespace Xbyak;
 using namespace Xbyak::util;
 
-// MatMulArgs field offsets (kernel_abi.h).
-constexpr int kArgW = 0, kArgX = 8, kArgY = 16, kArgBias = 24, kArgResidual = 32, kArgXStride = 40,
-              kArgYStride = 48, kArgRStride = 56, kArgKBlocks = 64, kArgMRows = 72, kArgNTokens = 80;
-static_assert(offsetof(MatMulArgs, n_tokens) == kArgNTokens);
-static_assert(offsetof(MatMulArgs, k_blocks) == kArgKBlocks);
-static_assert(offsetof(ActBlock, sum) == 4 && offsetof(ActBlock, qs) == 8);
+// MatMulArgs field offsets (kernel_abi.h), as the kernels address them.
+constexpr int kArgW = offsetof(MatMulArgs, w), kArgX = offsetof(MatMulArgs, x), kArgY = offsetof(MatMulArgs, y),
+              kArgBias = offsetof(MatMulArgs, bias), kArgResidual = offsetof(MatMulArgs, residual),
+              kArgXStride = offsetof(MatMulArgs, x_stride), kArgYStride = offsetof(MatMulArgs, y_stride),
+              kArgRStride = offsetof(MatMulArgs, r_stride), kArgKBlocks = offsetof(MatMulArgs, k_blocks),
+              kArgMRows = offsetof(MatMulArgs, m_rows), kArgNTokens = offsetof(MatMulArgs, n_tokens);
+// The kernels load every pointer and count as a qword.
+static_assert(sizeof(MatMulArgs::w) == 8 && sizeof(MatMulArgs::x) == 8 && sizeof(MatMulArgs::y) == 8 &&
+              sizeof(MatMulArgs::bias) == 8 && sizeof(MatMulArgs::residual) == 8 &&
+              sizeof(MatMulArgs::x_stride) == 8 && sizeof(MatMulArgs::y_stride) == 8 &&
+              sizeof(MatMulArgs::r_stride) == 8 && sizeof(MatMulArgs::k_blocks) == 8 &&
+              sizeof(MatMulArgs::m_rows) == 8 && sizeof(MatMulArgs::n_tokens) == 8);
 
 // Stack frame of the kernel (bytes from rsp).
 // With fp32_acc_in_memory, the fp32 accumulators follow at kFloatAccs (one vector each).
@@ -62,13 +68,10 @@ class MatMulGenerator : public CodeGenerator {
     halves_ = avx512_ ? 1 : 2;
     mult_ = kernel.epilogue == Epilogue::SiluMul ? 2 : 1;
     facc_mem_ = shape.fp32_acc_in_memory;
-    const int64_t max_acc = facc_mem_ ? max_int_accumulators(isa) : max_accumulators(isa);
-    // kernel_shape() clamps every tile to the register file; the benchmark's
-    // explicit shapes must respect it too.
-    LUMEN_ASSERT(shape.groups >= 1 && shape.tokens >= 1 && shape.groups * mult_ + shape.tokens <= kPointerRegs &&
-                     shape.groups * mult_ * halves_ * shape.tokens <= max_acc,
+    // kernel_shape() gives only tiles that fit; the benchmark's explicit
+    // shapes must fit too.
+    LUMEN_ASSERT(tile_fits(isa, shape.groups * mult_, shape.tokens, facc_mem_),
                  "matmul kernel shape does not fit the register file");
-    LUMEN_ASSERT(isa != Isa::AvxVnni || shape.tokens <= 3, "AVX-VNNI tiles broadcast at most 3 tokens");
     generate();
   }
 
@@ -94,8 +97,7 @@ class MatMulGenerator : public CodeGenerator {
   // VNNI tiles of several groups broadcast each activation dword once into a
   // register and reuse it for every group, when the registers allow.
   // AVX-VNNI always does (VEX has no {1to8}): its x registers overlay tmp_s,
-  // tmp_t and tmp_x, which the dot products leave free (tc <= 3, as
-  // 2 * tc <= max_accumulators).
+  // tmp_t and tmp_x, which the dot products leave free (tc <= max_tile_tokens).
   bool x_in_regs(int pc, int tc) const {
     if (isa_ == Isa::AvxVnni) return true;
     return isa_ == Isa::Avx512Vnni && pc > 1 && acc_regs() + 4 + tc <= 32;
@@ -104,8 +106,7 @@ class MatMulGenerator : public CodeGenerator {
 
   // Pointer registers: the packed groups of a body take the first ones, its
   // tokens the next ones (a GEMV has 1 token, so it can stream 8 groups).
-  static constexpr int kPointerRegs = 12;
-  const Reg64 pointer_regs_[kPointerRegs] = {r8, r9, r10, r11, rbx, rbp, r12, r13, r14, r15, rsi, rdx};
+  const Reg64 pointer_regs_[kTilePointerRegs] = {r8, r9, r10, r11, rbx, rbp, r12, r13, r14, r15, rsi, rdx};
   const Reg64* group_ptr_ = pointer_regs_;
   const Reg64* token_ptr_ = pointer_regs_ + 4;
   const Reg64& args_ = rdi;

@@ -10,19 +10,25 @@ namespace lumen::passes {
 
 namespace {
 
+// A pass whose result is the same for every target.
+template <void (*Pass)(ir::Module&)>
+void for_any_target(ir::Module& m, Isa) {
+  Pass(m);
+}
+
 constexpr std::array<PassInfo, 8> kPipeline = {{
-    {"infer_shapes", infer_shapes, "fill in dtypes and symbolic shapes; report mismatches"},
+    {"infer_shapes", for_any_target<infer_shapes>, "fill in dtypes and symbolic shapes; report mismatches"},
     // Before fuse_qkv: Q/K/V keep their bias epilogue through the merge.
-    {"fuse_epilogues", fuse_epilogues, "fold bias and residual adds into matmul epilogues"},
+    {"fuse_epilogues", for_any_target<fuse_epilogues>, "fold bias and residual adds into matmul epilogues"},
     // Before fuse_qkv: gate and up also share an input but belong together.
-    {"fuse_gate_up", fuse_gate_up, "gate and up matmuls plus silu*mul -> one silu_mul matmul"},
-    {"fuse_qkv", fuse_qkv, "matmuls sharing an input (Q, K, V) -> one matmul plus column views"},
+    {"fuse_gate_up", for_any_target<fuse_gate_up>, "gate and up matmuls plus silu*mul -> one silu_mul matmul"},
+    {"fuse_qkv", for_any_target<fuse_qkv>, "matmuls sharing an input (Q, K, V) -> one matmul plus column views"},
     // After all matmul fusions: one quantize per fused input.
-    {"insert_quantize", insert_quantize, "explicit act_q8 quantization of every f32 matmul input"},
-    {"fuse_norm_quant", fuse_norm_quant, "rms_norm followed by quantize -> rms_norm_quant"},
-    {"schedule", schedule, "decode/prefill kernels, tiles and thread split of every matmul"},
+    {"insert_quantize", for_any_target<insert_quantize>, "explicit act_q8 quantization of every f32 matmul input"},
+    {"fuse_norm_quant", for_any_target<fuse_norm_quant>, "rms_norm followed by quantize -> rms_norm_quant"},
+    {"schedule", schedule, "the target's decode/batch/prefill kernels and thread split of every matmul"},
     // Last: it fixes storage for the final op list.
-    {"plan_memory", plan_memory, "one arena, liveness-based symbolic offsets"},
+    {"plan_memory", for_any_target<plan_memory>, "one arena, liveness-based symbolic offsets"},
 }};
 
 }  // namespace
@@ -35,10 +41,10 @@ const PassInfo* find_pass(std::string_view name) {
   return nullptr;
 }
 
-void run_pipeline(ir::Module& m, const std::function<void(const PassInfo&, const ir::Module&)>& after_each,
+void run_pipeline(ir::Module& m, Isa target, const std::function<void(const PassInfo&, const ir::Module&)>& after_each,
                   std::string_view stop_after) {
   for (const auto& pass : kPipeline) {
-    pass.run(m);
+    pass.run(m, target);
     // Every pass maps verified IR to verified IR: a failure here is a bug in the pass.
     auto problems = ir::verify(m);
     LUMEN_ASSERT(problems.empty(), std::string("the IR after ") + pass.name + " does not verify: " + problems.front());

@@ -1,5 +1,7 @@
 // Pass schedule: kernel variants and thread split for every matmul (see passes.h).
 #include "lumen/passes/passes.h"
+#include "lumen/target/kernel_registers.h"
+#include "lumen/target/packed_q8_0.h"
 #include "pass_util.h"
 
 namespace lumen::passes {
@@ -8,10 +10,10 @@ namespace {
 
 using detail::to_program;
 
-// Prefill micro-kernel register tile: 48 weight rows (three packed row
-// groups, kernel_abi.h pack_row_group) by 4 tokens. Measured against m16n4,
-// m32n5 and m64n3 (docs/performance.md): three groups share each broadcast
-// activation dword, 12 accumulators fill the register file.
+// Prefill micro-kernel register tile, at most: 48 weight rows (three packed
+// row groups, kernel_abi.h pack_row_group) by 4 tokens. Measured against
+// m16n4, m32n5 and m64n3 (docs/performance.md): three groups share each
+// broadcast activation dword, 12 accumulators fill the AVX-512 register file.
 constexpr int64_t kTileM = 48;
 constexpr int64_t kTileN = 4;
 // Work items handed to the thread pool: 64 output rows (4 row groups) per
@@ -24,8 +26,29 @@ constexpr int64_t kTokensPerTask = 256;
 
 }  // namespace
 
-void schedule(ir::Module& m) {
-  for_each_op(m.forward, [&m](ir::Op& op) {
+// Within kTileM x kTileN, the tile of the most groups x tokens (the most
+// register reuse) that fits the target's registers, more tokens on a tie.
+// AVX2 gets m16n4 with its fp32 accumulators in memory, whose weights serve
+// four tokens, not m32n2; gate and up (SiluMul) take two groups' registers
+// each: m32n3 on AVX-512.
+program::KernelId prefill_kernel(Isa target, program::Epilogue e) {
+  const int64_t mult = e == program::Epilogue::SiluMul ? 2 : 1;
+  int64_t best_groups = 1, best_tokens = 1;
+  for (int64_t groups = 1; groups <= kTileM / kPackRows; ++groups) {
+    for (int64_t tokens = 1; tokens <= kTileN; ++tokens) {
+      if (!gemm_tile_fits(target, groups * mult, tokens)) continue;
+      const int64_t reuse = groups * tokens, best = best_groups * best_tokens;
+      if (reuse > best || (reuse == best && tokens > best_tokens)) {
+        best_groups = groups;
+        best_tokens = tokens;
+      }
+    }
+  }
+  return program::KernelId::gemm(e, best_groups * kPackRows, best_tokens);
+}
+
+void schedule(ir::Module& m, Isa target) {
+  for_each_op(m.forward, [&m, target](ir::Op& op) {
     if (op.kind != ir::OpKind::MatMul) return;
     // The kernels multiply Q8_0 weights by act_q8 activations; anything else
     // has no kernel, and a silent slow path would hide that.
@@ -42,7 +65,7 @@ void schedule(ir::Module& m) {
     program::Epilogue e = to_program(op.epilogue);
     op.set_attr("decode_kernel", ir::Attr::string(to_string(program::KernelId::gemv(e))));
     op.set_attr("batch_kernel", ir::Attr::string(to_string(program::KernelId::batch(e))));
-    op.set_attr("prefill_kernel", ir::Attr::string(to_string(program::KernelId::gemm(e, kTileM, kTileN))));
+    op.set_attr("prefill_kernel", ir::Attr::string(to_string(prefill_kernel(target, e))));
     op.set_attr("rows_per_task", ir::Attr::integer(kRowsPerTask));
     op.set_attr("tokens_per_task", ir::Attr::integer(kTokensPerTask));
   });

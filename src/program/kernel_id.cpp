@@ -2,6 +2,7 @@
 #include <charconv>
 
 #include "lumen/program/program.h"
+#include "lumen/target/kernel_registers.h"
 #include "lumen/target/packed_q8_0.h"
 
 namespace lumen::program {
@@ -58,6 +59,15 @@ bool is_valid(const KernelId& k, std::string* why) {
     return refuse_with("tile_m must be a multiple of 16 in [16, 1024]");
   if (k.tile_n < 1 || k.tile_n > 64) return refuse_with("tile_n must be in [1, 64]");
   return true;
+}
+
+bool fits(const KernelId& k, Isa isa, std::string* why) {
+  if (!is_valid(k, why)) return false;
+  if (k.kind != KernelKind::Gemm) return true;
+  const int64_t packed_groups = k.tile_m / kPackRows * (k.epilogue == Epilogue::SiluMul ? 2 : 1);
+  if (gemm_tile_fits(isa, packed_groups, k.tile_n)) return true;
+  if (why) *why = std::string("the tile does not fit the registers of ") + to_string(isa);
+  return false;
 }
 
 std::optional<KernelId> parse_kernel_id(std::string_view text, std::string* why) {

@@ -71,7 +71,8 @@ CompiledModel load_model_so(const std::string& path) {
       throw LoadError("'" + path + "': kernel entry " + std::to_string(i) + " is empty");
     std::string why;
     const std::optional<program::KernelId> id = program::parse_kernel_id(k.name, &why);
-    if (!id) throw LoadError("'" + path + "': kernel entry " + std::to_string(i) + " '" + k.name + "': " + why);
+    if (!id || !program::fits(*id, model.isa, &why))
+      throw LoadError("'" + path + "': kernel entry " + std::to_string(i) + " '" + k.name + "': " + why);
     const uint32_t kind = id->kind == program::KernelKind::Gemv    ? LUMEN_KERNEL_GEMV
                           : id->kind == program::KernelKind::Batch ? LUMEN_KERNEL_BATCH
                                                                    : LUMEN_KERNEL_GEMM;

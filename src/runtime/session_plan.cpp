@@ -161,15 +161,10 @@ void Session::Impl::choose_kernel(ROp& r, Section s, size_t i, int64_t rows) con
                     std::to_string(i) + ")");
   r.kernel = k->second;
   r.profile_key = "MatMul " + program::to_string(id);
-  const int64_t group = pack_row_group(model->isa);
-  // A prefill task covers whole register tiles: a task that ends inside
-  // a tile would run the slower edge body on every token tile. The
-  // kernel may run fewer groups than tile_m asks (its ISA's registers,
-  // or gate and up sharing them), so the unit is a multiple of every
-  // row tile up to tile_m: 96 rows for m48 (48, 32 and 16 divide it).
-  int64_t unit = group;
-  if (id.kind != program::KernelKind::Gemv)
-    for (int64_t tile_rows = 2 * group; tile_rows <= id.tile_m; tile_rows += group) unit = std::lcm(unit, tile_rows);
+  // A prefill task covers whole register tiles (a Gemm's tile is the one it
+  // runs): a task that ends inside a tile would run the slower edge body on
+  // every token tile. Other kernels' tasks are whole row groups.
+  const int64_t unit = id.kind == program::KernelKind::Gemm ? id.tile_m : pack_row_group(model->isa);
   r.rows_per_task = std::max<int64_t>(unit, (op.schedule.rows_per_task + unit - 1) / unit * unit);
   r.tokens_per_task = std::max<int64_t>(1, op.schedule.tokens_per_task);
 }

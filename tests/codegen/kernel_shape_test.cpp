@@ -1,6 +1,7 @@
-// Kernel shapes: the generator clamps every asked tile to the register file
-// of its ISA; a kernel id that is not valid is an internal error, not a
-// kernel.
+// Kernel shapes: a GEMM runs its id's register tile, which must fit the ISA
+// (the schedule picks one that does); a GEMV's and a batch kernel's are the
+// generator's per ISA. A kernel id that is not valid or does not fit is an
+// internal error, not a kernel.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -15,30 +16,32 @@ namespace {
 using program::Epilogue;
 using program::KernelId;
 
-TEST(KernelShape, TilesClampToTheRegisterFile) {
-  const KernelShape big = kernel_shape(Isa::Avx512Vnni, KernelId::gemm(Epilogue::None, 64, 8));
-  EXPECT_LE(big.groups * big.tokens, 14);
-  // AVX2 keeps the fp32 accumulators of a GEMM tile in memory: 11 int
-  // accumulators instead of 5 pairs.
-  const KernelShape avx2 = kernel_shape(Isa::Avx2, KernelId::gemm(Epilogue::SiluMul, 32, 4));
-  EXPECT_EQ(avx2.groups, 1);
-  EXPECT_EQ(avx2.tokens, 2);  // gate and up, 2 halves each, 2 tokens: 8 int accumulators
-  EXPECT_TRUE(avx2.fp32_acc_in_memory);
-  const KernelShape avx2_default = kernel_shape(Isa::Avx2, KernelId::gemm(Epilogue::None, 48, 4));
-  EXPECT_EQ(avx2_default.groups, 1);  // weights reused across 4 tokens, not 2 groups x 2 tokens
-  EXPECT_EQ(avx2_default.tokens, 4);
-  EXPECT_TRUE(avx2_default.fp32_acc_in_memory);
-  EXPECT_FALSE(kernel_shape(Isa::Avx2, KernelId::gemv(Epilogue::None)).fp32_acc_in_memory);
-  const KernelShape silu = kernel_shape(Isa::Avx512Vnni, KernelId::gemm(Epilogue::SiluMul, 48, 4));
-  EXPECT_EQ(silu.groups, 2);  // gate and up of 2 groups x 3 tokens = 12 accumulators
+TEST(KernelShape, AGemmRunsItsIdsTile) {
+  const KernelShape zmm = kernel_shape(Isa::Avx512Vnni, KernelId::gemm(Epilogue::Bias, 48, 4));
+  EXPECT_EQ(zmm.groups, 3);
+  EXPECT_EQ(zmm.tokens, 4);
+  EXPECT_FALSE(zmm.fp32_acc_in_memory);  // 12 accumulator pairs of 14
+  const KernelShape silu = kernel_shape(Isa::Avx512, KernelId::gemm(Epilogue::SiluMul, 32, 3));
+  EXPECT_EQ(silu.groups, 2);  // gate and up of 2 groups x 3 tokens = 12 accumulator pairs
   EXPECT_EQ(silu.tokens, 3);
-  // AVX-VNNI: 12 int accumulators with the fp32 ones in memory, at most 3
-  // broadcast tokens: m48n4 runs as m32n3; the GEMV streams 3 groups.
-  const KernelShape vnni_ymm = kernel_shape(Isa::AvxVnni, KernelId::gemm(Epilogue::None, 48, 4));
+  EXPECT_FALSE(silu.fp32_acc_in_memory);
+  // The ymm ISAs keep a GEMM's fp32 accumulators in memory when the pairs do
+  // not fit: AVX2 has 11 int accumulators beside its temporaries, not 5 pairs.
+  const KernelShape avx2 = kernel_shape(Isa::Avx2, KernelId::gemm(Epilogue::None, 16, 4));
+  EXPECT_EQ(avx2.groups, 1);
+  EXPECT_EQ(avx2.tokens, 4);
+  EXPECT_TRUE(avx2.fp32_acc_in_memory);
+  EXPECT_FALSE(kernel_shape(Isa::Avx2, KernelId::gemm(Epilogue::None, 16, 2)).fp32_acc_in_memory);
+  const KernelShape vnni_ymm = kernel_shape(Isa::AvxVnni, KernelId::gemm(Epilogue::None, 32, 3));
   EXPECT_EQ(vnni_ymm.groups, 2);
   EXPECT_EQ(vnni_ymm.tokens, 3);
   EXPECT_TRUE(vnni_ymm.fp32_acc_in_memory);
-  EXPECT_EQ(kernel_shape(Isa::AvxVnni, KernelId::gemv(Epilogue::None)).groups, 3);
+}
+
+TEST(KernelShape, GemvAndBatchShapesArePerIsa) {
+  EXPECT_FALSE(kernel_shape(Isa::Avx2, KernelId::gemv(Epilogue::None)).fp32_acc_in_memory);
+  EXPECT_EQ(kernel_shape(Isa::Avx512Vnni, KernelId::gemv(Epilogue::None)).groups, 4);
+  EXPECT_EQ(kernel_shape(Isa::AvxVnni, KernelId::gemv(Epilogue::None)).groups, 3);  // 6 pairs, 2 halves
   EXPECT_EQ(kernel_shape(Isa::AvxVnni, KernelId::gemv(Epilogue::SiluMul)).groups, 1);
   // Batch kernels: every token of the batch on each weight block, the GEMV's
   // prefetch, the fp32 accumulators in memory.
@@ -52,21 +55,38 @@ TEST(KernelShape, TilesClampToTheRegisterFile) {
   EXPECT_EQ(kernel_shape(Isa::Avx2, KernelId::batch(Epilogue::SiluMul)).tokens, 2);
   EXPECT_EQ(kernel_shape(Isa::AvxVnni, KernelId::batch(Epilogue::None)).groups, 2);
   EXPECT_EQ(kernel_shape(Isa::AvxVnni, KernelId::batch(Epilogue::None)).tokens, 3);
-  const KernelShape asked = kernel_shape(Isa::Avx512Vnni, KernelId::gemm(Epilogue::None, 32, 4));
-  EXPECT_EQ(asked.groups, 2);
-  EXPECT_EQ(asked.tokens, 4);
+}
+
+void expect_internal_error(Isa isa, const KernelId& kernel, const std::string& why) {
+  try {
+    (void)generate_matmul_kernel(isa, kernel);
+    ADD_FAILURE() << "generated " << to_string(kernel) << " for " << to_string(isa);
+  } catch (const InternalError& e) {
+    const std::string want = "internal error: kernel " + to_string(kernel) + ": " + why + " (";  // then file:line
+    EXPECT_EQ(std::string(e.what()).rfind(want, 0), 0u) << e.what();
+  }
 }
 
 TEST(KernelShape, InvalidKernelIdsAreInternalErrors) {
-  for (const KernelId& bad : {KernelId::gemm(Epilogue::None, 15, 4), KernelId::gemm(Epilogue::None, 16, 0),
-                              KernelId{program::KernelKind::Gemv, Epilogue::Bias, 48, 4}}) {
-    try {
-      (void)generate_matmul_kernel(Isa::Avx2, bad);
-      ADD_FAILURE() << "generated " << to_string(bad);
-    } catch (const InternalError& e) {
-      EXPECT_EQ(std::string(e.what()).rfind("internal error: kernel ", 0), 0u) << e.what();
-    }
-  }
+  expect_internal_error(Isa::Avx2, KernelId::gemm(Epilogue::None, 15, 4),
+                        "tile_m must be a multiple of 16 in [16, 1024]");
+  expect_internal_error(Isa::Avx2, KernelId::gemm(Epilogue::None, 16, 0), "tile_n must be in [1, 64]");
+  expect_internal_error(Isa::Avx2, KernelId{program::KernelKind::Gemv, Epilogue::Bias, 48, 4},
+                        "a gemv kernel has no tile of its own");
+}
+
+TEST(KernelShape, TilesBeyondTheIsasRegistersAreInternalErrors) {
+  // Not clamped to another kernel under the same name: the schedule must
+  // have picked a tile the target holds.
+  expect_internal_error(Isa::Avx2, KernelId::gemm(Epilogue::None, 48, 4),
+                        "the tile does not fit the registers of avx2");
+  expect_internal_error(Isa::Avx512Vnni, KernelId::gemm(Epilogue::SiluMul, 48, 4),
+                        "the tile does not fit the registers of avx512-vnni");
+  expect_internal_error(Isa::AvxVnni, KernelId::gemm(Epilogue::None, 16, 4),
+                        "the tile does not fit the registers of avx-vnni");  // 4 broadcast tokens
+  expect_internal_error(Isa::Avx512, KernelId::gemm(Epilogue::None, 64, 8),
+                        "the tile does not fit the registers of avx512");
+  EXPECT_TRUE(program::fits(KernelId::gemm(Epilogue::None, 48, 4), Isa::Avx512));
 }
 
 TEST(KernelShape, ShapesBeyondTheRegisterFileAreInternalErrors) {

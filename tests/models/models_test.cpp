@@ -60,7 +60,7 @@ program::Program compile(const std::string& dsl_path) {
   lowering.add_source(dsl_path, text);
   auto m = ir::lower_ast(*ast, lowering);
   EXPECT_TRUE(m);
-  passes::run_pipeline(*m);
+  passes::run_pipeline(*m, best_isa(cpu_features()));
   return passes::lower_to_program(*m);
 }
 

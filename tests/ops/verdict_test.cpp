@@ -267,7 +267,7 @@ Verdict run_pipeline(const std::string& name, const std::string& text, std::set<
       v.failure = "check accepts, the verifier rejects: " + problems.front();
       return v;
     }
-    lumen::passes::run_pipeline(*m);
+    lumen::passes::run_pipeline(*m, lumen::Isa::Avx2);
     lumen::program::Program p = lumen::passes::lower_to_program(*m);
     std::string serialized = lumen::program::serialize(p);
     for (const lumen::program::Section s : lumen::program::kSections)

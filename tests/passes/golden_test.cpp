@@ -33,6 +33,9 @@ std::string join(const std::vector<std::string>& lines) {
   return out;
 }
 
+// The target of the schedule's golden kernels (the other passes ignore it).
+constexpr lumen::Isa kTarget = lumen::Isa::Avx512Vnni;
+
 class PassGolden : public testing::TestWithParam<std::string> {};
 
 TEST_P(PassGolden, MatchesExpectedOutput) {
@@ -44,7 +47,7 @@ TEST_P(PassGolden, MatchesExpectedOutput) {
   // Types are open only before shape inference.
   bool typed_input = pass_name != "infer_shapes";
   ASSERT_EQ(join(lumen::ir::verify(m, typed_input)), "") << "input does not verify";
-  pass->run(m);
+  pass->run(m, kTarget);
   ASSERT_EQ(join(lumen::ir::verify(m)), "") << "output does not verify";
   std::string actual = lumen::ir::print_module(m);
   std::string out_path = golden_path(stem + ".out.ir");

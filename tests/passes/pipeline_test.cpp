@@ -53,6 +53,9 @@ Module lower_dsl(const std::string& rel_path, const std::string& replace_from = 
   return std::move(*m);
 }
 
+// The target the pipeline schedules for here: tests/data/qwen2.program names its kernels.
+constexpr lumen::Isa kTarget = lumen::Isa::Avx512Vnni;
+
 // Qwen2.5-0.5B hyperparameters, for evaluating symbolic sizes.
 const std::map<std::string, double> kQwen05b = {
     {"n_vocab", 151936}, {"n_ctx", 32768}, {"n_embd", 896},     {"n_layer", 24},  {"n_ff", 4864},
@@ -61,7 +64,7 @@ const std::map<std::string, double> kQwen05b = {
 Module compiled(const std::string& dsl) {
   Module m = lower_dsl(dsl);
   EXPECT_EQ(lumen::ir::verify(m, /*require_types=*/false), std::vector<std::string>{});
-  lumen::passes::run_pipeline(m, [](const lumen::passes::PassInfo& pass, const Module& current) {
+  lumen::passes::run_pipeline(m, kTarget, [](const lumen::passes::PassInfo& pass, const Module& current) {
     EXPECT_EQ(lumen::ir::verify(current), std::vector<std::string>{}) << "after " << pass.name;
     std::string text = lumen::ir::print_module(current);
     EXPECT_EQ(lumen::ir::print_module(lumen::ir::parse_module(text)), text) << "after " << pass.name;
@@ -315,7 +318,7 @@ TEST(Lowering, LiteralsBecomeConstantParams) {
   ASSERT_NE(base, nullptr);
   EXPECT_EQ(eps->default_value, 1e-6);
   EXPECT_EQ(base->default_value, 10000.0);
-  lumen::passes::run_pipeline(*m);
+  lumen::passes::run_pipeline(*m, kTarget);
   lumen::program::Program p = lumen::passes::lower_to_program(*m);
   const auto& h = p.hparams.at(static_cast<size_t>(p.layer.at(0).eps_hparam));
   EXPECT_EQ(h.name, "eps_const");
@@ -328,7 +331,7 @@ TEST(Lowering, StandaloneSoftmaxBecomesAProgramOp) {
   // qwen2 returning probabilities instead of logits.
   Module m = lower_dsl("dsl/qwen2.dsl", "return matmul(h, output)", "return softmax(matmul(h, output))");
   ASSERT_EQ(lumen::ir::verify(m, /*require_types=*/false), std::vector<std::string>{});
-  lumen::passes::run_pipeline(m);
+  lumen::passes::run_pipeline(m, kTarget);
   lumen::program::Program p = lumen::passes::lower_to_program(m);
   ASSERT_FALSE(p.post.empty());
   const lumen::program::Op& softmax = p.post.back();
@@ -390,7 +393,7 @@ func @forward(%0 : i32[N]) -> f32[N, n_vocab] {
   return %2
 }
 )");
-  lumen::passes::run_pipeline(m);
+  lumen::passes::run_pipeline(m, kTarget);
   lumen::program::Program p = lumen::passes::lower_to_program(m);
   ASSERT_EQ(p.n_ctx_train.terms.size(), 1u);
   ASSERT_EQ(p.n_ctx_train.terms[0].op, lumen::program::ExprOp::HParam);
@@ -505,6 +508,10 @@ TEST(Lumenc, ChecksDumpsAndReportsErrors) {
       << out;
   EXPECT_EQ(run_lumenc("dump-program " + source_path("dsl/qwen2.dsl"), &out), 0);
   EXPECT_EQ(out.rfind("lumen-program 2\n", 0), 0u) << out.substr(0, 100);
+  // The kernels of the --target: AVX2's registers hold m16n4, not m48n4.
+  EXPECT_EQ(run_lumenc("dump-program --target avx2 " + source_path("dsl/qwen2.dsl"), &out), 0);
+  EXPECT_NE(out.find("prefill_kernel=\"gemm.bias.m16n4\""), std::string::npos);
+  EXPECT_EQ(out.find("m48n4"), std::string::npos);
 }
 
 TEST(Schedule, RefusesMatmulsNoKernelImplements) {
@@ -522,7 +529,7 @@ func @forward(%0 : i32[N]) -> f32[N, n_vocab] {
 )";
   Module m = lumen::ir::parse_module(text);
   try {
-    lumen::passes::schedule(m);
+    lumen::passes::schedule(m, kTarget);
     FAIL() << "no error";
   } catch (const lumen::ir::IrError& e) {
     EXPECT_EQ(std::string(e.what()), "schedule: matmul: no matmul kernel for @out of dtype f16 (weights must be q8_0)");
@@ -584,7 +591,7 @@ TEST(Pipeline, MutatedIrNeverCrashesThePasses) {
         got = Verdict::Verifier;
         message = problems.front();
       } else {
-        lumen::passes::run_pipeline(m);
+        lumen::passes::run_pipeline(m, kTarget);
         EXPECT_EQ(lumen::ir::verify(m, /*require_types=*/true), std::vector<std::string>{}) << what;
         const lumen::program::Program p = lumen::passes::lower_to_program(m);
         EXPECT_FALSE(p.layer.empty()) << what;

@@ -294,7 +294,7 @@ TEST_F(Binding, CpuFeatureRefusalNamesTheFeature) {
 }
 
 TEST_F(Binding, MalformedProgramsFailAtLoad) {
-  program::Program p = program::deserialize(testing::read_file(testing::qwen2_program_path()));
+  program::Program p = testing::qwen2_program(best_isa(cpu_features()));
   p.buffers[2].offset = program::Expr::constant(3);  // misaligned
   auto model = testing::in_process_model(p, best_isa(cpu_features()));
   try {

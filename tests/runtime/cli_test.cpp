@@ -63,8 +63,7 @@ class Cli : public ::testing::Test {
     // lumen-run's packed-weight cache goes here, not into the user's cache.
     setenv("LUMEN_CACHE_DIR", (dir_ / "pack_cache").c_str(), 1);
     model_so_ = (dir_ / "qwen2.so").string();
-    program::Program p = program::deserialize(testing::read_file(testing::qwen2_program_path()));
-    codegen::emit_model_so(p, best_isa(cpu_features()), model_so_);
+    codegen::emit_model_so(testing::qwen2_program(best_isa(cpu_features())), best_isa(cpu_features()), model_so_);
   }
 
   static void TearDownTestSuite() {
@@ -291,13 +290,28 @@ TEST_F(Cli, BadCommandLines) {
 // features. LUMEN_MAX_CPU_ISA makes this machine report an AVX2-only CPU.
 TEST_F(Cli, ModelForAnotherIsa) {
   const std::string so = (dir_ / "vnni.so").string();
-  program::Program p = program::deserialize(testing::read_file(testing::qwen2_program_path()));
-  codegen::emit_model_so(p, Isa::Avx512Vnni, so);
+  codegen::emit_model_so(testing::qwen2_program(Isa::Avx512Vnni), Isa::Avx512Vnni, so);
   ASSERT_EQ(setenv("LUMEN_MAX_CPU_ISA", "avx2", 1), 0);
   Result r = run({so, "--gguf", testing::tiny_gguf(), "--prompt", "x"});
   unsetenv("LUMEN_MAX_CPU_ISA");
   expect_error(r, 1, "avx512f");
   EXPECT_NE(r.err.find("avx512_vnni"), std::string::npos) << r.err;
+}
+
+// A kernel table entry whose GEMM tile the model's ISA cannot hold is
+// refused at load, not run as another kernel: an AVX2 model.so whose
+// gemm.bias.m16n4 entry is renamed gemm.bias.m48n4.
+TEST_F(Cli, ModelWithAKernelItsIsaCannotHold) {
+  const std::string so = (dir_ / "avx2-m48n4.so").string();
+  codegen::emit_model_so(testing::qwen2_program(Isa::Avx2), Isa::Avx2, so);
+  std::string bytes = testing::read_file(so);
+  const std::string name("gemm.bias.m16n4\0", 16);  // the table's name string, not the program text's
+  const size_t at = bytes.find(name);
+  ASSERT_NE(at, std::string::npos);
+  bytes.replace(at, name.size(), std::string("gemm.bias.m48n4\0", 16));
+  std::ofstream(so, std::ios::binary | std::ios::trunc) << bytes;
+  expect_error(run({so, "--gguf", testing::tiny_gguf(), "--prompt", "x"}), 1,
+               "'gemm.bias.m48n4': the tile does not fit the registers of avx2");
 }
 
 // A model.so of another ABI version is refused before anything else is read.

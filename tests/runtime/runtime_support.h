@@ -12,6 +12,7 @@
 
 #include "lumen/codegen/codegen.h"
 #include "lumen/runtime/compiled_model.h"
+#include "support/qwen2_program.h"
 
 namespace lumen::runtime::testing {
 
@@ -24,7 +25,8 @@ inline std::string read_file(const std::string& path) {
 
 inline std::string reference_dir() { return LUMEN_SHARED_DIR "/reference"; }
 inline std::string tiny_gguf() { return reference_dir() + "/tiny-qwen2-a.gguf"; }
-inline std::string qwen2_program_path() { return LUMEN_SOURCE_DIR "/tests/data/qwen2.program"; }
+using test_data::qwen2_program;
+using test_data::qwen2_program_path;
 
 // codegen::reference_matmul behind the MatMulFn signature (no context pointer,
 // so one instantiation per ISA and epilogue).
@@ -84,8 +86,7 @@ inline std::shared_ptr<const CompiledModel> in_process_model(const program::Prog
 }
 
 inline std::shared_ptr<const CompiledModel> qwen2_model(bool reference = false) {
-  return in_process_model(program::deserialize(read_file(qwen2_program_path())), best_isa(cpu_features()),
-                          reference);
+  return in_process_model(qwen2_program(best_isa(cpu_features())), best_isa(cpu_features()), reference);
 }
 
 }  // namespace lumen::runtime::testing

@@ -86,7 +86,7 @@ TEST(Softmax, EqualValuesGiveAUniformRow) {
 }
 
 TEST(Softmax, RunsAsAProgramOpInASession) {
-  program::Program plain = program::deserialize(testing::read_file(testing::qwen2_program_path()));
+  program::Program plain = testing::qwen2_program(best_isa(cpu_features()));
   // The same program with a Softmax after the logits, into a buffer appended to the arena.
   program::Program with_softmax = plain;
   const program::Buffer& logits = plain.buffers.at(static_cast<size_t>(plain.logits_buffer));

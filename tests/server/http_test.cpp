@@ -111,8 +111,8 @@ class Http : public ::testing::Test {
     // The servers' packed-weight cache goes here, not into the user's cache.
     setenv("LUMEN_CACHE_DIR", (dir_ / "pack_cache").c_str(), 1);
     model_so_ = (dir_ / "qwen2.so").string();
-    program::Program p = program::deserialize(runtime::testing::read_file(runtime::testing::qwen2_program_path()));
-    codegen::emit_model_so(p, best_isa(cpu_features()), model_so_);
+    codegen::emit_model_so(runtime::testing::qwen2_program(best_isa(cpu_features())), best_isa(cpu_features()),
+                           model_so_);
     server_ = new ServerProcess;
     server_->start(model_so_, tiny_args({"--parallel", "8", "--max-body", "65536", "--chunk", "16"}));
   }

@@ -12,6 +12,7 @@
 
 #include "lumen/ir/ir.h"
 #include "lumen/program/program.h"
+#include "lumen/target/isa.h"
 
 namespace lumen::passes {
 
@@ -52,13 +53,16 @@ void insert_quantize(ir::Module& m);
 /// no other use. Preconditions: insert_quantize.
 void fuse_norm_quant(ir::Module& m);
 
-/// Annotates every matmul with its kernels and thread split: decode_kernel
-/// (N == 1), prefill_kernel (N > 1; its tile is the register tile),
-/// rows_per_task, tokens_per_task (kernels as to_string(program::KernelId)).
+/// Annotates every matmul with its kernels for `target` and its thread split:
+/// decode_kernel (N == 1), batch_kernel (N = 2..8), prefill_kernel (larger N;
+/// its tile is the register tile the kernel runs on `target`), rows_per_task,
+/// tokens_per_task (kernels as to_string(program::KernelId)).
 /// Throws ir::IrError for a matmul no kernel implements (weights not q8_0);
 /// an input that is not act_q8 is an InternalError. Preconditions: all
 /// fusions (the epilogue picks the kernel), insert_quantize.
-void schedule(ir::Module& m);
+void schedule(ir::Module& m, Isa target);
+/// The prefill kernel schedule gives a matmul of epilogue `e` on `target`.
+program::KernelId prefill_kernel(Isa target, program::Epilogue e);
 
 /// Places every activation in one arena: values that share storage (views,
 /// rope in place, a residual matmul writing over its residual, loop-carried
@@ -78,17 +82,17 @@ program::Program lower_to_program(const ir::Module& m);
 // ------------------------------------------------------------ the pipeline
 struct PassInfo {
   const char* name;                // "fuse_qkv", as --after takes it
-  void (*run)(ir::Module&);
+  void (*run)(ir::Module&, Isa target);  // the target ISA matters to schedule only
   const char* summary;             // one line for --help
 };
 // The IR-to-IR passes in pipeline order (lower_to_program follows them).
 std::span<const PassInfo> pipeline();
 const PassInfo* find_pass(std::string_view name);
 
-// Runs the pipeline, verifying the IR after every pass; `after_each` (if set)
+// Runs the pipeline for `target`, verifying the IR after every pass; `after_each` (if set)
 // sees the IR after each pass. `stop_after` (a pass name) ends the pipeline
 // early. A pass whose output does not verify is a bug: InternalError naming it.
-void run_pipeline(ir::Module& m, const std::function<void(const PassInfo&, const ir::Module&)>& after_each = {},
+void run_pipeline(ir::Module& m, Isa target, const std::function<void(const PassInfo&, const ir::Module&)>& after_each = {},
                   std::string_view stop_after = {});
 
 // The arena size of a planned module for N tokens, with params taken from

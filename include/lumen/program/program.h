@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "lumen/target/isa.h"
+
 namespace lumen::program {
 
 // ---------------------------------------------------------------- expressions
@@ -152,8 +154,10 @@ const char* to_string(KernelKind k);  // "gemv", "gemm", "batch"
 
 // Which generated matmul kernel an op calls: the schedule names it, codegen
 // generates it, model.so's kernel table and the runtime's lookup are keyed by
-// it. The ISA is not part of it: one model.so holds kernels for one ISA, and
-// a program is scheduled before its target is chosen.
+// it. The ISA is not part of it (one model.so holds kernels for one ISA), but
+// the schedule picks a Gemm's tile for its target: the tile is the register
+// tile the kernel really runs, so one name is one kernel, and a tile that
+// does not fit an ISA's registers is refused for it (fits()).
 //
 // Text form (program text, kernel table, profiles), written only by
 // to_string() and read only by parse_kernel_id():
@@ -162,11 +166,12 @@ const char* to_string(KernelKind k);  // "gemv", "gemm", "batch"
 struct KernelId {
   KernelKind kind = KernelKind::Gemv;
   Epilogue epilogue = Epilogue::None;
-  int64_t tile_m = kGemvTileM;  // Gemm: a multiple of 16 in [16, 1024]
-  int64_t tile_n = kGemvTileN;  // Gemm: in [1, 64]
+  int64_t tile_m = kGemvTileM;  // Gemm: the register tile's rows, a multiple of 16 in [16, 1024]
+  int64_t tile_n = kGemvTileN;  // Gemm: the register tile's tokens, in [1, 64]
 
-  // A Gemv's and a Batch's tiles are fixed (the generator picks its own), so
-  // that equal kernels compare equal; a Batch serves 2..kBatchMaxTokens tokens.
+  // A Gemv's and a Batch's tiles are fixed values, not register tiles (codegen
+  // gives each ISA its own, kernel_support.h), so that equal kernels compare
+  // equal; a Batch serves 2..kBatchMaxTokens tokens.
   static constexpr int64_t kGemvTileM = 16, kGemvTileN = 1;
   static constexpr int64_t kBatchTileM = 32, kBatchMaxTokens = 8;
   static KernelId gemv(Epilogue e) { return KernelId{KernelKind::Gemv, e, kGemvTileM, kGemvTileN}; }
@@ -180,8 +185,11 @@ std::string to_string(const KernelId& k);
 // The inverse of to_string(KernelId): nullopt, and the reason in *why, for
 // any text to_string cannot produce or whose kernel would be invalid.
 std::optional<KernelId> parse_kernel_id(std::string_view text, std::string* why = nullptr);
-// Whether codegen can generate `k` (tile bounds; a Gemv's or Batch's tile is the fixed one).
+// Whether `k` is a kernel at all (tile bounds; a Gemv's or Batch's tile is the fixed one).
 bool is_valid(const KernelId& k, std::string* why = nullptr);
+// Whether codegen can generate `k` for `isa`: it is_valid, and a Gemm's tile
+// fits the ISA's registers (target/kernel_registers.h).
+bool fits(const KernelId& k, Isa isa, std::string* why = nullptr);
 // An assembler symbol for `k` ("lumen_gemm_bias_m48n4"): emitted model.so
 // names its kernels with it, so profilers and disassemblers show them.
 std::string kernel_symbol(const KernelId& k);
@@ -192,8 +200,9 @@ struct MatMulSchedule {
   KernelId decode_kernel;      // for N == 1
   KernelId batch_kernel;       // for 2 <= N <= KernelId::kBatchMaxTokens (several sequences' decode steps)
   KernelId prefill_kernel;     // for larger N; its tile is the prefill register tile
-  int64_t rows_per_task = 64;  // output rows per work item (multiple of the pack row group)
-  int64_t tokens_per_task = 64;  // prefill: tokens per work item
+  // The thread split, set by the schedule (src/passes/schedule.cpp); 0 until then.
+  int64_t rows_per_task = 0;    // output rows per work item (multiple of the pack row group)
+  int64_t tokens_per_task = 0;  // prefill: tokens per work item
 
   // Every kernel the schedule names, for whoever generates or checks them all.
   std::array<KernelId, 3> kernels() const { return {decode_kernel, batch_kernel, prefill_kernel}; }

@@ -1,5 +1,7 @@
 /* The C ABI that every model.so exports, versioned. lumenc writes it,
- * lumen-run reads it with dlopen. Keep this header C-compatible. */
+ * lumen-run reads it with dlopen. Keep this header C-compatible.
+ * src/codegen/emit_model.cpp writes these structs from a list of their
+ * fields that must follow every change here (it fails to compile if not). */
 #ifndef LUMEN_MODEL_ABI_H
 #define LUMEN_MODEL_ABI_H
 
@@ -28,7 +30,7 @@ struct lumen_model_abi {
   uint32_t abi_version;      /* LUMEN_MODEL_ABI_VERSION */
   uint32_t reserved;
   uint64_t required_cpu;     /* lumen::CpuFeature mask the kernels need */
-  const char* target;        /* "avx512-vnni", "avx512", "avx2" */
+  const char* target;        /* to_string(lumen::Isa): "avx512-vnni", "avx512", "avx-vnni", "avx2" */
   const char* arch;          /* general.architecture the program expects */
   const char* compiler;      /* "lumenc 0.1.0" */
   const char* program;       /* lumen::program::serialize() text */
