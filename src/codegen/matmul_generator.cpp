@@ -65,7 +65,7 @@ class MatMulGenerator : public CodeGenerator {
       : CodeGenerator(1 << 20), isa_(isa), kernel_(kernel), shape_(shape) {
     avx512_ = !is_ymm_isa(isa);
     vnni_ = is_vnni_isa(isa);
-    halves_ = avx512_ ? 1 : 2;
+    halves_ = int(vectors_per_group(isa));
     mult_ = kernel.epilogue == Epilogue::SiluMul ? 2 : 1;
     facc_mem_ = shape.fp32_acc_in_memory;
     // kernel_shape() gives only tiles that fit; the benchmark's explicit

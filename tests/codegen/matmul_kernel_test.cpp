@@ -405,13 +405,10 @@ TEST(MatMulKernels, TilesWithFp32AccumulatorsInRegistersOrMemory) {
     for (Epilogue e : {Epilogue::None, Epilogue::SiluMul, Epilogue::BiasResidual}) {
       const int64_t mult = e == Epilogue::SiluMul ? 2 : 1;
       for (bool in_memory : {false, true}) {
-        const int64_t fits = in_memory ? max_int_accumulators(isa) : max_accumulators(isa);
         for (int64_t groups = 1; groups * mult <= 8; ++groups) {
           for (int64_t tokens = 1; tokens <= 8; ++tokens) {
-            const int64_t halves = is_ymm_isa(isa) ? 2 : 1;
-            if (groups * mult * halves * tokens > fits || groups * mult + tokens > 12) continue;
-            if (!is_ymm_isa(isa) && groups * mult > 4) continue;  // zmm: the tiles a kernel id can ask for
-            if (isa == Isa::AvxVnni && tokens > 3) continue;
+            if (!tile_fits(isa, groups * mult, tokens, in_memory)) continue;
+            if (!is_ymm_isa(isa) && groups * mult > 4) continue;  // zmm: up to 4 packed groups, as the schedule's tiles
             Problem p;
             p.epilogue = e;
             p.kernel = tokens == 1 ? KernelId::gemv(e) : KernelId::gemm(e, 16 * groups, tokens);
