@@ -1,7 +1,7 @@
 // Tests of the scheduled program helpers: evaluating its sizes for resolved
-// hparams (the sizes themselves: tests/ops/dim_test.cpp), enum names, and the text format (round trip of the hand-written qwen2
-// program, rejection of malformed input with a line number, no crash on
-// mutated input).
+// hparams (the sizes themselves: tests/ops/dim_test.cpp), enum names, and the
+// text format (round trip of the hand-written qwen2 program, rejection of
+// malformed input with a line number, no crash on mutated input).
 #include <gtest/gtest.h>
 
 #include <cmath>
