@@ -178,7 +178,58 @@ std::string to_string(const Expr& e) {
 
 std::string to_string(const Dim& d) {
   if (d.expr) return to_string(*d.expr);
-  return d.derived ? d.derived->text : std::to_string(d.constant);
+  return d.derived ? d.derived->text() : std::to_string(d.constant);
+}
+
+std::optional<ops::Dim> to_dim(const Expr& e, const Expr** bad) {
+  auto sub = [&](const Expr& x) { return to_dim(x, bad); };
+  switch (e.kind) {
+    case Expr::Kind::IntLiteral: return ops::Dim::constant(static_cast<const IntLiteral&>(e).value);
+    case Expr::Kind::Name: {
+      auto& n = static_cast<const NameExpr&>(e);
+      if (n.resolved == NameKind::TokenCount) return ops::Dim::tokens();
+      if (n.resolved == NameKind::Param && n.param && n.param->type == ScalarType::Int)
+        return ops::Dim::param(n.param->name);
+      break;
+    }
+    case Expr::Kind::Unary: {
+      auto& u = static_cast<const UnaryExpr&>(e);
+      if (u.op != UnaryOp::Neg) break;
+      auto x = sub(*u.operand);
+      if (!x) return std::nullopt;
+      return ops::Dim::constant(0) - *x;
+    }
+    case Expr::Kind::Binary: {
+      auto& b = static_cast<const BinaryExpr&>(e);
+      ops::Dim::Kind op;
+      switch (b.op) {
+        case BinaryOp::Add: op = ops::Dim::Kind::Add; break;
+        case BinaryOp::Sub: op = ops::Dim::Kind::Sub; break;
+        case BinaryOp::Mul: op = ops::Dim::Kind::Mul; break;
+        case BinaryOp::Div: op = ops::Dim::Kind::Div; break;
+        case BinaryOp::Mod: op = ops::Dim::Kind::Mod; break;
+        default: op = ops::Dim::Kind::Const; break;
+      }
+      if (op == ops::Dim::Kind::Const) break;
+      auto l = sub(*b.lhs);
+      if (!l) return std::nullopt;
+      auto r = sub(*b.rhs);
+      if (!r) return std::nullopt;
+      return ops::Dim::binary(op, *l, *r);
+    }
+    case Expr::Kind::Call: {
+      auto& c = static_cast<const CallExpr&>(e);
+      if ((c.builtin != Builtin::Min && c.builtin != Builtin::Max) || c.args.size() != 2) break;
+      auto a = sub(*c.args[0].value);
+      if (!a) return std::nullopt;
+      auto b = sub(*c.args[1].value);
+      if (!b) return std::nullopt;
+      return c.builtin == Builtin::Min ? ops::min(*a, *b) : ops::max(*a, *b);
+    }
+    default: break;
+  }
+  if (bad) *bad = &e;
+  return std::nullopt;
 }
 
 std::string to_string(const TensorType& t) {

@@ -196,7 +196,7 @@ class Sema {
             error(p->value->range, "let " + quoted(p->name) + " must be a number, not a bool");
           }
           p->type = k == ValueKind::Float ? ScalarType::Float : ScalarType::Int;
-          if (k == ValueKind::Int) let_dims_.emplace(p.get(), sym(*p->value));
+          if (k == ValueKind::Int) let_dims_.emplace(p->name, sym(*p->value));
           break;
         }
       }
@@ -244,59 +244,23 @@ class Sema {
 
   // ------------------------------------------------- symbolic dims
 
-  // The canonical form of an int expression (ops/sym_dim.h): lets are
-  // replaced by their definitions. Anything else (an erroneous or float
-  // expression) is an atom of its own text, equal only to itself.
-  ops::SymDim sym(const Expr& e) const {
-    switch (e.kind) {
-      case Expr::Kind::IntLiteral: return ops::SymDim::constant(static_cast<const IntLiteral&>(e).value);
-      case Expr::Kind::Name: {
-        auto& n = static_cast<const NameExpr&>(e);
-        if (n.resolved == NameKind::TokenCount) return ops::SymDim::tokens();
-        if (n.resolved == NameKind::Param && n.param) {
-          auto it = let_dims_.find(n.param);
-          if (it != let_dims_.end()) return it->second;
-          return ops::SymDim::param(n.param->name);
-        }
-        break;
-      }
-      case Expr::Kind::Unary: {
-        auto& u = static_cast<const UnaryExpr&>(e);
-        if (u.op == UnaryOp::Neg) return ops::SymDim::constant(0) - sym(*u.operand);
-        break;
-      }
-      case Expr::Kind::Binary: {
-        auto& b = static_cast<const BinaryExpr&>(e);
-        if (b.lhs->type.kind != ValueKind::Int || b.rhs->type.kind != ValueKind::Int) break;
-        ops::SymDim l = sym(*b.lhs), r = sym(*b.rhs);
-        switch (b.op) {
-          case BinaryOp::Add: return l + r;
-          case BinaryOp::Sub: return l - r;
-          case BinaryOp::Mul: return l * r;
-          case BinaryOp::Div: return l / r;
-          case BinaryOp::Mod: return l % r;
-          default: break;
-        }
-        break;
-      }
-      case Expr::Kind::Call: {
-        auto& c = static_cast<const CallExpr&>(e);
-        if ((c.builtin == Builtin::Min || c.builtin == Builtin::Max) && c.args.size() == 2 &&
-            c.type.kind == ValueKind::Int) {
-          ops::SymDim a = sym(*c.args[0].value), b = sym(*c.args[1].value);
-          return c.builtin == Builtin::Min ? ops::SymDim::min(a, b) : ops::SymDim::max(a, b);
-        }
-        break;
-      }
-      default: break;
-    }
-    return ops::SymDim::param("(" + to_string(e) + ")");
+  // An int expression as a size (ops/dim.h). Anything else (an erroneous or
+  // float expression) is a param named by its text, equal only to itself.
+  static ops::Dim size_of(const Expr& e) {
+    if (auto d = to_dim(e)) return *d;
+    return ops::Dim::param("(" + to_string(e) + ")");
+  }
+  // Its canonical form (ops/sym_dim.h), lets replaced by their definitions.
+  ops::SymDim sym(const Expr& e) const { return ops::SymDim::of(size_of(e), let_dims_); }
+  ops::ShapeDim shape_dim(const Expr& e) const {
+    ops::Dim d = size_of(e);
+    return {d, ops::SymDim::of(d, let_dims_)};
   }
 
   ops::ShapeDim shape_dim(const Dim& d) const {
     if (!d.expr && d.derived) return *d.derived;
     if (!d.expr) return ops::ShapeDim::of(d.constant);
-    return {sym(*d.expr), to_string(*d.expr)};
+    return shape_dim(*d.expr);
   }
 
   ops::TensorType op_type(const TensorType& t) const {
@@ -973,7 +937,7 @@ class Sema {
     for (const auto& [name, e] : attr_args) {
       const ops::AttrSpec* spec = ops::find_attr(op, name);
       if (!spec) continue;
-      if (spec->kind == ops::AttrKind::Size) call.sizes[name] = {sym(*e), to_string(*e)};
+      if (spec->kind == ops::AttrKind::Size) call.sizes[name] = shape_dim(*e);
       if (spec->kind == ops::AttrKind::Choice) call.choices[name] = to_string(*e);
     }
     ops::Verdict v = ops::infer(op, call);
@@ -999,16 +963,16 @@ class Sema {
     return unknown(at);
   }
 
-  // The AST dim of an operand or attribute spelled as `d` (so that later
-  // messages print source text); else a constant, else `d` itself.
+  // The AST dim of an operand or attribute that is the size `d` (so that
+  // later messages print source text); else a constant, else `d` itself.
   Dim dim_for(const ops::ShapeDim& d, const std::vector<const Expr*>& args,
               const std::map<std::string, const Expr*>& attr_args) const {
     for (const Expr* a : args)
       for (const Dim& x : a->type.tensor.dims)
-        if (to_string(x) == d.text) return x;
+        if (shape_dim(x).dim == d.dim) return x;
     for (const auto& [name, e] : attr_args)
-      if (to_string(*e) == d.text) return Dim{e, 0, nullptr};
-    if (auto c = d.sym.as_constant(); c && std::to_string(*c) == d.text) return Dim{nullptr, *c, nullptr};
+      if (size_of(*e) == d.dim) return Dim{e, 0, nullptr};
+    if (d.dim.is_constant()) return Dim{nullptr, d.dim.value(), nullptr};
     return Dim{nullptr, 0, std::make_shared<const ops::ShapeDim>(d)};
   }
 
@@ -1127,7 +1091,7 @@ class Sema {
 
   Module& m_;
   DiagnosticEngine& diags_;
-  std::map<const ParamDecl*, ops::SymDim> let_dims_;  // int lets and their canonical definitions
+  std::map<std::string, ops::SymDim> let_dims_;       // int lets (by name) and their canonical definitions
   ops::DimFacts facts_;                                // what the checks establish
   std::map<std::string, SourceRange> names_;     // top-level names and their definitions
   std::unordered_map<std::string, const ParamDecl*> params_by_name_;

@@ -48,34 +48,12 @@ class AstLowering {
 
   // ------------------------------------------------------------- scalars
   Dim dim(const ast::Expr& e) {
-    if (auto* lit = ast::dyn_cast<ast::IntLiteral>(&e)) return Dim::constant(lit->value);
-    if (auto* name = ast::dyn_cast<ast::NameExpr>(&e)) {
-      if (name->resolved == ast::NameKind::TokenCount) return Dim::tokens();
-      if (name->resolved == ast::NameKind::Param && name->param) {
-        if (name->param->type != ast::ScalarType::Int)
-          error(e.range, quoted(name->name) + " is a float: sizes must be integer expressions");
-        return Dim::param(name->param->name);
-      }
-    }
-    if (auto* un = ast::dyn_cast<ast::UnaryExpr>(&e); un && un->op == ast::UnaryOp::Neg)
-      return Dim::constant(0) - dim(*un->operand);
-    if (auto* bin = ast::dyn_cast<ast::BinaryExpr>(&e)) {
-      Dim a = dim(*bin->lhs), b = dim(*bin->rhs);
-      switch (bin->op) {
-        case ast::BinaryOp::Add: return a + b;
-        case ast::BinaryOp::Sub: return a - b;
-        case ast::BinaryOp::Mul: return a * b;
-        case ast::BinaryOp::Div: return a / b;
-        case ast::BinaryOp::Mod: return a % b;
-        default: break;
-      }
-    }
-    if (auto* call = ast::dyn_cast<ast::CallExpr>(&e);
-        call && (call->builtin == ast::Builtin::Min || call->builtin == ast::Builtin::Max) && call->args.size() == 2) {
-      Dim a = dim(*call->args[0].value), b = dim(*call->args[1].value);
-      return call->builtin == ast::Builtin::Min ? min(a, b) : max(a, b);
-    }
-    error(e.range, "cannot lower '" + ast::to_string(e) + "' to an integer size expression");
+    const ast::Expr* bad = &e;
+    if (auto d = ast::to_dim(e, &bad)) return *d;
+    if (auto* name = ast::dyn_cast<ast::NameExpr>(bad);
+        name && name->resolved == ast::NameKind::Param && name->param && name->param->type != ast::ScalarType::Int)
+      error(bad->range, quoted(name->name) + " is a float: sizes must be integer expressions");
+    error(bad->range, "cannot lower '" + ast::to_string(*bad) + "' to an integer size expression");
   }
 
   std::optional<double> number(const ast::Expr& e) {

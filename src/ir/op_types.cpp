@@ -2,7 +2,6 @@
 #include "lumen/ir/op_types.h"
 
 #include "lumen/common/internal_error.h"
-#include "lumen/ir/text.h"
 
 namespace lumen::ir {
 
@@ -19,28 +18,7 @@ OpTypes::OpTypes(const Module& m) : m_(m) {
   }
 }
 
-ops::SymDim OpTypes::sym(const Dim& d) const {
-  using K = Dim::Kind;
-  switch (d.kind()) {
-    case K::Const: return ops::SymDim::constant(d.value());
-    case K::Tokens: return ops::SymDim::tokens();
-    case K::Param: {
-      auto it = lets_.find(d.name());
-      return it != lets_.end() ? it->second : ops::SymDim::param(d.name());
-    }
-    default: break;
-  }
-  ops::SymDim a = sym(d.lhs()), b = sym(d.rhs());
-  switch (d.kind()) {
-    case K::Add: return a + b;
-    case K::Sub: return a - b;
-    case K::Mul: return a * b;
-    case K::Div: return a / b;
-    case K::Mod: return a % b;
-    case K::Min: return ops::SymDim::min(a, b);
-    default: return ops::SymDim::max(a, b);
-  }
-}
+ops::SymDim OpTypes::sym(const Dim& d) const { return ops::SymDim::of(d, lets_); }
 
 namespace {
 ops::DType to_ops(DType t) {
@@ -74,7 +52,7 @@ ops::TensorType OpTypes::type(const Type& t) const {
 
 Type OpTypes::to_ir(const ops::TensorType& t) const {
   std::vector<Dim> shape;
-  for (const ops::ShapeDim& d : t.shape) shape.push_back(parse_dim(d.text));
+  for (const ops::ShapeDim& d : t.shape) shape.push_back(d.dim);
   return Type::of(ir::to_ir(t.dtype), std::move(shape));
 }
 

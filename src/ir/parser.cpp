@@ -1,6 +1,7 @@
 // IR text parser: reads the form print_module() writes (ir/text.h) back into
 // a Module. Recursive descent over a small token stream; every error names
 // the line.
+#include <algorithm>
 #include <charconv>
 #include <map>
 #include <set>
@@ -16,6 +17,7 @@ struct Token {
   Kind kind = Kind::End;
   std::string text;  // identifier, name after % or @, string contents, punctuation
   int line = 1;
+  size_t begin = 0, end = 0;  // its bytes in the source
 };
 
 std::vector<Token> tokenize(std::string_view src) {
@@ -34,6 +36,7 @@ std::vector<Token> tokenize(std::string_view src) {
     }
     Token t;
     t.line = line;
+    t.begin = i;
     // `%name` is a value, `@name` a weight; a lone `%` is the modulo operator.
     if ((c == '%' || c == '@') && i + 1 < src.size() && is_ident(src[i + 1])) {
       size_t start = ++i;
@@ -86,17 +89,19 @@ std::vector<Token> tokenize(std::string_view src) {
       }
       i += t.text.size();
     }
+    t.end = i;
     out.push_back(std::move(t));
   }
   Token end;
   end.line = line;
+  end.begin = end.end = src.size();
   out.push_back(end);
   return out;
 }
 
 class Parser {
  public:
-  explicit Parser(std::string_view text) : toks_(tokenize(text)) {}
+  explicit Parser(std::string_view text) : src_(text), toks_(tokenize(text)) {}
 
   /// module ::= "module" ident ["source" string] decl* function [memory]
   Module parse_module() {
@@ -115,20 +120,22 @@ class Parser {
     return std::move(m_);
   }
 
-  /// dim ::= term (("+" | "-") term)* ; term ::= atom (("*" | "/" | "%") atom)*
-  /// atom ::= int | "-" int | "N" | ident | ("max" | "min") "(" dim "," dim ")" | "(" dim ")"
+  /// dim: the one language of sizes, read by its own parser (ops/dim.h)
   Dim parse_dim() {
-    Dim d = parse_term();
-    while (is_punct("+") || is_punct("-")) {
-      bool add = take_punct() == "+";
-      Dim rhs = parse_term();
-      d = add ? d + rhs : d - rhs;
+    const Token& first = peek();
+    size_t consumed = 0;
+    Dim d;
+    try {
+      d = ops::parse_dim_prefix(src_.substr(first.begin), &consumed);
+    } catch (const ops::DimParseError& e) {
+      fail_at(line_of(first.begin + e.offset), e.what());
+    }
+    const size_t end = first.begin + consumed;
+    while (peek().kind != Token::Kind::End && peek().begin < end) {
+      if (peek().end > end) fail("bad dimension: '" + describe(peek()) + "'");
+      next();
     }
     return d;
-  }
-
-  void expect_end() {
-    if (peek().kind != Token::Kind::End) fail("unexpected '" + peek().text + "'");
   }
 
  private:
@@ -195,49 +202,6 @@ class Parser {
     auto res = std::from_chars(text.data(), text.data() + text.size(), v);
     if (res.ec != std::errc() || res.ptr != text.data() + text.size()) fail("bad number '" + text + "'");
     return negative ? -v : v;
-  }
-
-  Dim parse_term() {
-    Dim d = parse_atom();
-    while (is_punct("*") || is_punct("/") || is_punct("%")) {
-      std::string op = take_punct();
-      Dim rhs = parse_atom();
-      d = op == "*" ? d * rhs : op == "/" ? d / rhs : d % rhs;
-    }
-    return d;
-  }
-
-  Dim parse_atom() {
-    if (++depth_ > kMaxDepth) fail("expression nested too deeply");
-    Dim d = parse_atom_inner();
-    --depth_;
-    return d;
-  }
-  Dim parse_atom_inner() {
-    const Token& t = peek();
-    if (t.kind == Token::Kind::Int) return Dim::constant(parse_int(next().text));
-    if (is_punct("-") && peek(1).kind == Token::Kind::Int) {
-      next();
-      return Dim::constant(-parse_int(next().text));
-    }
-    if (accept_punct("(")) {
-      Dim d = parse_dim();
-      expect_punct(")");
-      return d;
-    }
-    if (t.kind == Token::Kind::Ident) {
-      std::string name = next().text;
-      if ((name == "max" || name == "min") && accept_punct("(")) {
-        Dim a = parse_dim();
-        expect_punct(",");
-        Dim b = parse_dim();
-        expect_punct(")");
-        return name == "max" ? max(a, b) : min(a, b);
-      }
-      if (name == "N") return Dim::tokens();
-      return Dim::param(name);
-    }
-    fail("expected a dimension, found '" + describe(t) + "'");
   }
 
   std::vector<Dim> parse_shape() {
@@ -566,10 +530,13 @@ class Parser {
     m_.memory = std::move(plan);
   }
 
-  static constexpr int kMaxDepth = 200;
+  int line_of(size_t offset) const {
+    return 1 + static_cast<int>(std::count(src_.begin(), src_.begin() + static_cast<std::ptrdiff_t>(std::min(offset, src_.size())), '\n'));
+  }
+
+  std::string_view src_;
   std::vector<Token> toks_;
   size_t pos_ = 0;
-  int depth_ = 0;
   Module m_;
   std::map<std::string, ValueId> names_;
 };
@@ -577,12 +544,5 @@ class Parser {
 }  // namespace
 
 Module parse_module(std::string_view text) { return Parser(text).parse_module(); }
-
-Dim parse_dim(std::string_view text) {
-  Parser p(text);
-  Dim d = p.parse_dim();
-  p.expect_end();
-  return d;
-}
 
 }  // namespace lumen::ir

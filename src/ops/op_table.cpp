@@ -19,7 +19,7 @@ const char* to_string(DType t) {
 std::string TensorType::str() const {
   std::string s = to_string(dtype);
   s += "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + shape[i].text;
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + shape[i].text();
   return s + "]";
 }
 
@@ -67,19 +67,8 @@ std::string hint(const OpCall& c, const ShapeDim& a, const ShapeDim& b) {
   return s + ": add a check)";
 }
 
-// a + b; b in parentheses unless it is a single name or number, so that the
-// text parses back to the same tree (the IR reads result dims from it).
-ShapeDim sum(const ShapeDim& a, const ShapeDim& b) {
-  bool atomic = b.text.find_first_of(" (") == std::string::npos;
-  return {a.sym + b.sym, a.text + " + " + (atomic ? b.text : "(" + b.text + ")")};
-}
-
-ShapeDim product(const ShapeDim& a, const ShapeDim& b) { return {a.sym * b.sym, a.text + " * " + b.text}; }
-
-ShapeDim tokens_dim(const OpCall& c) {
-  auto n = c.tokens.as_constant();
-  return {c.tokens, n ? std::to_string(*n) : "N"};
-}
+ShapeDim sum(const ShapeDim& a, const ShapeDim& b) { return {a.dim + b.dim, a.sym + b.sym}; }
+ShapeDim product(const ShapeDim& a, const ShapeDim& b) { return {a.dim * b.dim, a.sym * b.sym}; }
 
 bool is_matrix(const TensorType& t, DType dtype) { return t.dtype == dtype && t.shape.size() == 2; }
 
@@ -94,9 +83,9 @@ std::optional<Verdict> need_activation(const OpCall& c, int i, const char* op, c
 // An activation with one row per token (ops that read positions or keep the KV cache).
 std::optional<Verdict> need_token_rows(const OpCall& c, int i, const char* op, const char* what) {
   const TensorType& t = c.operands[static_cast<size_t>(i)];
-  ShapeDim n = tokens_dim(c);
+  const ShapeDim& n = c.tokens;
   if (eq(c, t.shape[0], n)) return std::nullopt;
-  return at_operand(i, std::string("'") + op + "' needs one row per token for '" + what + "' (" + n.text +
+  return at_operand(i, std::string("'") + op + "' needs one row per token for '" + what + "' (" + n.text() +
                            " rows), found " + t.str());
 }
 
@@ -118,15 +107,15 @@ Verdict rms_norm_to(const OpCall& c, DType out) {
   if (auto heads = c.sizes.find("heads"); heads != c.sizes.end()) {
     // Per head: each of `heads` groups of a row is normalized with the same weight (Qwen3's Q/K norms).
     if (w.dtype != DType::F32 || w.shape.size() != 1)
-      return at_operand(1, "rms_norm weight must be f32[D] (one head) with heads = " + heads->second.text + ", found " + w.str());
+      return at_operand(1, "rms_norm weight must be f32[D] (one head) with heads = " + heads->second.text() + ", found " + w.str());
     ShapeDim width = product(heads->second, w.shape[0]);
     if (!eq(c, width, x.shape[1]))
-      return at_operand(1, "rms_norm weight must be f32[D] with " + heads->second.text + " * D = " + x.shape[1].text +
+      return at_operand(1, "rms_norm weight must be f32[D] with " + heads->second.text() + " * D = " + x.shape[1].text() +
                                " to match " + x.str() + ", found " + w.str() + hint(c, width, x.shape[1]));
     return ok({out, x.shape});
   }
   if (w.dtype != DType::F32 || w.shape.size() != 1 || !eq(c, w.shape[0], x.shape[1]))
-    return at_operand(1, "rms_norm weight must be f32[" + x.shape[1].text + "] to match " + x.str() +
+    return at_operand(1, "rms_norm weight must be f32[" + x.shape[1].text() + "] to match " + x.str() +
                              ", found " + w.str() + (w.shape.size() == 1 ? hint(c, w.shape[0], x.shape[1]) : ""));
   return ok({out, x.shape});
 }
@@ -160,11 +149,11 @@ Verdict matmul(const OpCall& c) {
     if (w.shape.size() != 2) return at_operand(at, "'matmul' needs a 2-D weight [rows, row_length], found " + w.str());
     if (!eq(c, w.shape[1], x.shape[1]))
       return at_op("matmul shapes do not match: " + x.str() + " times " + w.str() + " (row length " +
-                                x.shape[1].text + " vs " + w.shape[1].text + ")" + hint(c, x.shape[1], w.shape[1]));
+                                x.shape[1].text() + " vs " + w.shape[1].text() + ")" + hint(c, x.shape[1], w.shape[1]));
     if (has_bias) {
       const TensorType& b = c.biases[i];
       if (b.dtype != DType::F32 || b.shape.size() != 1 || !eq(c, b.shape[0], w.shape[0]))
-        return at_attr("epilogue", "a bias of 'matmul' must be f32[" + w.shape[0].text + "], found " + b.str());
+        return at_attr("epilogue", "a bias of 'matmul' must be f32[" + w.shape[0].text() + "], found " + b.str());
     }
     if (epi == "silu_mul") rows = w.shape[0];
     else rows = rows ? sum(*rows, w.shape[0]) : w.shape[0];
@@ -185,15 +174,15 @@ Verdict rope(const OpCall& c) {
   const ShapeDim& dim = c.sizes.at("dim");
   ShapeDim width = product(heads, dim);
   if (!eq(c, x.shape[1], width))
-    return at_operand(0, "'rope': the row length " + x.shape[1].text + " of " + x.str() + " is not heads * dim (" +
-                             width.text + ")" + hint(c, x.shape[1], width));
+    return at_operand(0, "'rope': the row length " + x.shape[1].text() + " of " + x.str() + " is not heads * dim (" +
+                             width.text() + ")" + hint(c, x.shape[1], width));
   if (!c.facts->divides(SymDim::constant(2), dim.sym))
-    return at_attr("dim", "'rope' needs an even dim: add a check that " + dim.text + " % 2 == 0");
+    return at_attr("dim", "'rope' needs an even dim: add a check that " + dim.text() + " % 2 == 0");
   if (c.operands.size() > 1) {  // frequency factors: one divisor per rotated pair (Llama 3's rope_freqs)
     const TensorType& f = c.operands[1];
-    ShapeDim half{dim.sym / SymDim::constant(2), "(" + dim.text + ") / 2"};
+    ShapeDim half{dim.dim / Dim::constant(2), dim.sym / SymDim::constant(2)};
     if (f.dtype != DType::F32 || f.shape.size() != 1 || !eq(c, f.shape[0], half))
-      return at_operand(1, "rope's freqs must be f32[" + half.text + "], one factor per rotated pair, found " + f.str());
+      return at_operand(1, "rope's freqs must be f32[" + half.text() + "], one factor per rotated pair, found " + f.str());
   }
   return ok(x);
 }
@@ -212,17 +201,17 @@ Verdict attention(const OpCall& c) {
   const ShapeDim& dim = c.sizes.at("dim");
   ShapeDim q_width = product(heads, dim), kv_width = product(kv_heads, dim);
   if (!eq(c, q.shape[1], q_width))
-    return at_operand(0, "'attention': the row length " + q.shape[1].text + " of " + q.str() + " is not heads * dim (" +
-                             q_width.text + ")" + hint(c, q.shape[1], q_width));
+    return at_operand(0, "'attention': the row length " + q.shape[1].text() + " of " + q.str() + " is not heads * dim (" +
+                             q_width.text() + ")" + hint(c, q.shape[1], q_width));
   if (!eq(c, k.shape[1], kv_width))
-    return at_operand(1, "'attention': the row length " + k.shape[1].text + " of " + k.str() +
-                             " is not kv_heads * dim (" + kv_width.text + ")" + hint(c, k.shape[1], kv_width));
+    return at_operand(1, "'attention': the row length " + k.shape[1].text() + " of " + k.str() +
+                             " is not kv_heads * dim (" + kv_width.text() + ")" + hint(c, k.shape[1], kv_width));
   if (!same_type(k, v, *c.facts))
     return at_operand(2, "'attention' needs k and v of the same shape, found " + k.str() + " and " + v.str());
   if (!c.facts->divides(kv_heads.sym, heads.sym))
     return at_attr(c.sizes.count("kv_heads") ? "kv_heads" : "heads",
-                   "'attention' needs heads to be a multiple of kv_heads: add a check that " + heads.text + " % " +
-                       kv_heads.text + " == 0");
+                   "'attention' needs heads to be a multiple of kv_heads: add a check that " + heads.text() + " % " +
+                       kv_heads.text() + " == 0");
   return ok(q);
 }
 
@@ -238,7 +227,7 @@ Verdict elementwise(const OpCall& c, const char* verb) {
   if (a.shape.size() != 2) return at_operand(act, std::string("cannot ") + verb + " " + a.str() + ": an activation is f32[rows, columns]");
   if (c.is_weight[static_cast<size_t>(other)]) {
     if (b.shape.size() != 1 || !eq(c, b.shape[0], a.shape[1]))
-      return at_operand(other, both + ": a weight must be a row f32[" + a.shape[1].text + "] (broadcast over the rows)" +
+      return at_operand(other, both + ": a weight must be a row f32[" + a.shape[1].text() + "] (broadcast over the rows)" +
                                    (b.shape.size() == 1 ? hint(c, b.shape[0], a.shape[1]) : ""));
     return ok(a);
   }

@@ -203,6 +203,29 @@ SymDim SymDim::param(const std::string& name) {
 
 SymDim SymDim::tokens() { return param("N"); }
 
+SymDim SymDim::of(const Dim& d, const std::map<std::string, SymDim>& lets) {
+  using K = Dim::Kind;
+  switch (d.kind()) {
+    case K::Const: return constant(d.value());
+    case K::Tokens: return tokens();
+    case K::Param: {
+      auto it = lets.find(d.name());
+      return it != lets.end() ? it->second : param(d.name());
+    }
+    default: break;
+  }
+  SymDim a = of(d.lhs(), lets), b = of(d.rhs(), lets);
+  switch (d.kind()) {
+    case K::Add: return a + b;
+    case K::Sub: return a - b;
+    case K::Mul: return a * b;
+    case K::Div: return a / b;
+    case K::Mod: return a % b;
+    case K::Min: return min(a, b);
+    default: return max(a, b);
+  }
+}
+
 namespace {
 void merge(std::vector<std::pair<Poly, Poly>>& into, const std::vector<std::pair<Poly, Poly>>& from) {
   for (const auto& o : from)
@@ -253,11 +276,8 @@ SymDim SymDim::opaque(const std::string& fn, const SymDim& a, const SymDim& b, b
 
 SymDim SymDim::operator/(const SymDim& other) const {
   auto a = floor_.as_constant(), b = other.floor_.as_constant();
-  if (a && b && *b != 0) {  // floor division, as the runtime evaluates it
-    int64_t q = *a / *b, r = *a % *b;
-    if (r != 0 && ((r < 0) != (*b < 0))) q -= 1;
-    return constant(q);
-  }
+  if (a && b)  // the value, as evaluation computes it (unless that is an error)
+    if (auto q = fold(Dim::Kind::Div, *a, *b)) return constant(*q);
   if (b == 1) return *this;
   SymDim d = opaque("div", *this, other, false);
   if (floor_.divisible_by_term(other.floor_) && obligations_.empty() && other.obligations_.empty()) {
@@ -275,25 +295,22 @@ SymDim SymDim::operator/(const SymDim& other) const {
 
 SymDim SymDim::operator%(const SymDim& other) const {
   auto a = floor_.as_constant(), b = other.floor_.as_constant();
-  if (a && b && *b != 0) {
-    int64_t r = *a % *b;
-    if (r != 0 && ((r < 0) != (*b < 0))) r += *b;
-    return constant(r);
-  }
+  if (a && b)
+    if (auto r = fold(Dim::Kind::Mod, *a, *b)) return constant(*r);
   if (floor_.divisible_by_term(other.floor_) && obligations_.empty()) return constant(0);
   return opaque("mod", *this, other, false);
 }
 
 SymDim SymDim::min(const SymDim& a, const SymDim& b) {
   auto x = a.as_constant(), y = b.as_constant();
-  if (x && y) return constant(std::min(*x, *y));
+  if (x && y) return constant(apply(Dim::Kind::Min, *x, *y));
   if (a.floor_ == b.floor_) return a;
   return opaque("min", a, b, true);
 }
 
 SymDim SymDim::max(const SymDim& a, const SymDim& b) {
   auto x = a.as_constant(), y = b.as_constant();
-  if (x && y) return constant(std::max(*x, *y));
+  if (x && y) return constant(apply(Dim::Kind::Max, *x, *y));
   if (a.floor_ == b.floor_) return a;
   return opaque("max", a, b, true);
 }

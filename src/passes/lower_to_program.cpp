@@ -11,7 +11,7 @@ namespace {
 
 using detail::to_program;
 
-using program::Expr;
+using program::Dim;
 
 program::DType to_program(ir::DType t) {
   switch (t) {
@@ -36,8 +36,8 @@ class Lowering {
     lower_params(p);
     for (const auto& c : m_.checks) {
       program::Check check;
-      check.lhs = expr(c.lhs);
-      check.rhs = expr(c.rhs);
+      check.lhs = c.lhs;
+      check.rhs = c.rhs;
       check.cmp = static_cast<program::Check::Cmp>(c.cmp);  // same order
       check.message = c.message;
       p.checks.push_back(std::move(check));
@@ -46,17 +46,17 @@ class Lowering {
     lower_buffers(p);
     for (const auto& op : f_.pre) lower_op(op, p.pre);
     if (f_.loop) {
-      p.n_layers = expr(f_.loop->trip_count);
+      p.n_layers = f_.loop->trip_count;
       for (const auto& op : f_.loop->body) lower_op(op, p.layer);
     } else {
-      p.n_layers = Expr::constant(0);
+      p.n_layers = Dim::constant(0);
     }
     for (const auto& op : f_.post) lower_op(op, p.post);
     p.tokens_buffer = view(f_.tokens).buffer;
     p.logits_buffer = view(f_.result).buffer;
     p.n_ctx_train = context_length(p);
-    p.kv_dim = kv_dim_.value_or(Expr::constant(0));
-    p.arena_bytes = expr(m_.memory->arena_bytes);
+    p.kv_dim = kv_dim_.value_or(Dim::constant(0));
+    p.arena_bytes = m_.memory->arena_bytes;
     return p;
   }
 
@@ -72,31 +72,6 @@ class Lowering {
     fail("unknown param '" + name + "'");
   }
 
-  Expr expr(const ir::Dim& d) const {
-    using K = ir::Dim::Kind;
-    switch (d.kind()) {
-      case K::Const: return Expr::constant(d.value());
-      case K::Param: return Expr::hparam(param_index(d.name()));
-      case K::Tokens: return Expr::tokens();
-      default: break;
-    }
-    Expr a = expr(d.lhs()), b = expr(d.rhs());
-    switch (d.kind()) {
-      case K::Add: return a + b;
-      case K::Sub: return a - b;
-      case K::Mul: return a * b;
-      case K::Div: return a / b;
-      case K::Mod: return a % b;
-      case K::Max: return max(a, b);
-      case K::Min: {
-        // min(a, b) = a + b - max(a, b): program.h has no min() helper.
-        Expr sum = a + b;
-        return sum - max(a, b);
-      }
-      default: fail("unknown expression");
-    }
-  }
-
   void lower_params(program::Program& p) {
     for (const auto& param : m_.params) {
       program::HParam h;
@@ -106,7 +81,7 @@ class Lowering {
         case ir::Param::Source::Key:
           h.gguf_key = param.gguf_key;
           h.default_value = param.default_value;
-          if (param.default_expr) h.derived = expr(*param.default_expr);
+          h.derived = param.default_expr;
           h.required = !param.default_value && !param.default_expr;
           break;
         case ir::Param::Source::Length:
@@ -115,7 +90,7 @@ class Lowering {
           break;
         case ir::Param::Source::Derived:
           h.required = false;
-          if (param.derived) h.derived = expr(*param.derived);
+          h.derived = param.derived;
           break;
         case ir::Param::Source::Constant:  // no key: the default is the value
           h.required = false;
@@ -137,7 +112,7 @@ class Lowering {
       pw.gguf_name = w.gguf_name;
       pw.per_layer = w.per_layer;
       pw.dtypes = {to_program(w.dtype)};
-      for (auto it = w.shape.rbegin(); it != w.shape.rend(); ++it) pw.shape.push_back(expr(*it));  // ggml order
+      for (auto it = w.shape.rbegin(); it != w.shape.rend(); ++it) pw.shape.push_back(*it);  // ggml order
       pw.fallback = w.fallback;
       pw.optional = w.optional;
       weight_index_[w.name] = static_cast<int>(p.weights.size());
@@ -152,9 +127,9 @@ class Lowering {
       program::Buffer pb;
       pb.name = buffer_name(b, i);
       pb.dtype = to_program(b.dtype);
-      pb.rows = expr(b.rows);
-      pb.cols = expr(b.cols);
-      pb.offset = expr(b.offset);
+      pb.rows = b.rows;
+      pb.cols = b.cols;
+      pb.offset = b.offset;
       for (ValueId v : b.values) buffer_of_[v] = static_cast<int>(i);
       p.buffers.push_back(std::move(pb));
     }
@@ -202,8 +177,8 @@ class Lowering {
     const ir::Type& t = f_.type(v);
     program::View out;
     out.buffer = it->second;
-    out.col_offset = expr(offset_of(v));
-    out.cols = expr(t.shape.size() == 2 ? t.shape[1] : ir::Dim::constant(1));
+    out.col_offset = offset_of(v);
+    out.cols = t.shape.size() == 2 ? t.shape[1] : Dim::constant(1);
     return out;
   }
 
@@ -213,10 +188,10 @@ class Lowering {
     return out;
   }
 
-  Expr dim_attr(const ir::Op& op, const char* name) const {
+  Dim dim_attr(const ir::Op& op, const char* name) const {
     const ir::Attr* a = op.attr(name);
     if (!a || a->kind != ir::Attr::Kind::Dim) fail(detail::describe(op) + ": missing attribute " + name);
-    return expr(a->dim);
+    return a->dim;
   }
   int param_attr(const ir::Op& op, const char* name) const {
     const ir::Attr* a = op.attr(name);
@@ -278,7 +253,7 @@ class Lowering {
         p.n_heads = dim_attr(op, "heads");
         p.n_heads_kv = dim_attr(op, "kv_heads");
         p.head_dim = dim_attr(op, "dim");
-        if (!kv_dim_) kv_dim_ = expr(f_.type(op.operands.at(1)).shape.at(1));
+        if (!kv_dim_) kv_dim_ = f_.type(op.operands.at(1)).shape.at(1);
         if (op.attr("scale")) p.attn_scale_hparam = param_attr(op, "scale");
         if (op.attr("scale_rsqrt")) p.attn_scale_rsqrt = dim_attr(op, "scale_rsqrt");
         if (op.attr("softcap")) p.attn_softcap_hparam = param_attr(op, "softcap");
@@ -312,11 +287,10 @@ class Lowering {
   // through the param that reads it. A program without such a param still
   // bounds --ctx by it: it gets an hparam of its own for the key, required,
   // so that a GGUF without the key fails to bind naming it (docs/runtime.md).
-  Expr context_length(program::Program& p) const {
+  Dim context_length(program::Program& p) const {
     const std::string key = m_.name + ".context_length";
-    for (size_t i = 0; i < m_.params.size(); ++i)
-      if (m_.params[i].source == ir::Param::Source::Key && m_.params[i].gguf_key == key)
-        return Expr::hparam(static_cast<int>(i));
+    for (const ir::Param& param : m_.params)
+      if (param.source == ir::Param::Source::Key && param.gguf_key == key) return Dim::param(param.name);
     program::HParam h;
     h.name = "n_ctx_train";
     auto taken = [&p](const std::string& name) {
@@ -330,7 +304,7 @@ class Lowering {
     h.required = true;
     h.min_value = 1;
     p.hparams.push_back(std::move(h));
-    return Expr::hparam(static_cast<int>(p.hparams.size() - 1));
+    return Dim::param(p.hparams.back().name);
   }
 
   const ir::Module& m_;
@@ -338,7 +312,7 @@ class Lowering {
   std::map<std::string, int> weight_index_;
   std::map<ValueId, int> buffer_of_;
   std::map<ValueId, ir::Dim> col_offset_;
-  std::optional<Expr> kv_dim_;
+  std::optional<Dim> kv_dim_;
 };
 
 }  // namespace

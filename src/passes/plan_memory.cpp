@@ -107,7 +107,7 @@ class Planner {
     b.dtype = t.dtype;
     b.rows = t.shape[0];
     b.cols = t.shape.size() == 2 ? t.shape[1] : Dim::constant(1);
-    b.bytes = ir::align_up(b.rows * row_bytes(b.dtype, b.cols), kAlign);
+    b.bytes = ops::align_up(b.rows * row_bytes(b.dtype, b.cols), kAlign);
     buffers_.push_back(std::move(b));
     return static_cast<int>(buffers_.size() - 1);
   }
@@ -251,7 +251,7 @@ class Planner {
       std::vector<Dim> sizes;  // distinct member sizes, in order
       for (size_t j : level.members)
         if (std::find(sizes.begin(), sizes.end(), buffers_[j].bytes) == sizes.end()) sizes.push_back(buffers_[j].bytes);
-      for (const Dim& size : sizes) height = height ? ir::max(*height, size) : size;
+      for (const Dim& size : sizes) height = height ? ops::max(*height, size) : size;
       base = base + *height;
     }
     for (size_t i = 0; i < buffers_.size(); ++i) buffers_[i].offset = level_offset[level_of[i]];

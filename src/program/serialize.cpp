@@ -4,10 +4,10 @@
 // malformed line is a ParseError naming the line, never a crash.
 //
 // One record per line: `<kind> key=value key=value ...`; values are bare words
-// or double-quoted strings with C escapes. Expressions are fully
-// parenthesized infix without spaces; hparams, buffers and weights are named
-// (or written `#<index>` when their name cannot serve as a reference).
-#include <cctype>
+// or double-quoted strings with C escapes. Sizes are the one language of sizes
+// as ops::Dim prints and parses it (a value with blanks is quoted), naming
+// hparams; hparams, buffers and weights are otherwise named (or written
+// `#<index>` when their name cannot serve as a reference).
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -24,8 +24,7 @@
 namespace lumen::program {
 namespace {
 
-constexpr std::string_view kHeader = "lumen-program 2";
-constexpr int kMaxExprDepth = 200;
+constexpr std::string_view kHeader = "lumen-program 3";  // 3: sizes in the one language of sizes, by name
 
 // ================================================================== writing
 
@@ -60,6 +59,9 @@ std::string number(double v) {
 
 std::string optional_number(const std::optional<double>& v) { return v ? number(*v) : "_"; }
 
+// A value as a bare word, or quoted when it has blanks (sizes such as `a + b`).
+std::string word_or_quoted(const std::string& s) { return s.find(' ') == std::string::npos ? s : quote(s); }
+
 const char* to_string(Check::Cmp c) {
   switch (c) {
     case Check::Cmp::Eq: return "eq";
@@ -91,7 +93,7 @@ class TextWriter {
       out_ += "hparam name=" + quote(h.name) + " key=" + quote(h.gguf_key) +
               " kind=" + (h.kind == HParam::Kind::Int ? "int" : "float") +
               " required=" + (h.required ? "1" : "0") + " default=" + optional_number(h.default_value) +
-              " derived=" + (h.derived ? expr(*h.derived) : "_") +
+              " derived=" + expr(h.derived) +
               " min=" + optional_number(h.min_value) + " max=" + optional_number(h.max_value) + "\n";
     }
     for (const Check& c : p_.checks) {
@@ -101,10 +103,10 @@ class TextWriter {
     for (const Weight& w : p_.weights) {
       std::string dtypes, shape;
       for (DType d : w.dtypes) dtypes.append(dtypes.empty() ? "" : ",").append(program::to_string(d));
-      for (const Expr& e : w.shape) shape.append(shape.empty() ? "" : "|").append(expr(e));
+      for (const Dim& e : w.shape) shape.append(shape.empty() ? "" : "|").append(dim(e));
       out_ += "weight name=" + quote(w.name) + " gguf=" + quote(w.gguf_name) +
               " per_layer=" + (w.per_layer ? "1" : "0") + " dtypes=" + (dtypes.empty() ? "_" : dtypes) +
-              " shape=" + (shape.empty() ? "_" : shape) + " fallback=" + quote(w.fallback) +
+              " shape=" + (shape.empty() ? "_" : word_or_quoted(shape)) + " fallback=" + quote(w.fallback) +
               (w.optional ? " optional=1" : "") + "\n";
     }
     for (const Buffer& b : p_.buffers) {
@@ -117,13 +119,17 @@ class TextWriter {
   }
 
  private:
-  std::string expr(const Expr& e) const {
-    if (e.terms.empty()) return "_";
-    std::string s = e.str(hparams_);
-    if (s.find("<malformed>") != std::string::npos)
-      throw std::invalid_argument("serialize: malformed expression in the program");
-    return s;
+  // A size names hparams: each must be one that its name refers to.
+  std::string dim(const Dim& d) const {
+    d.for_each_param([&](const std::string& name) {
+      bool named = false;
+      for (const std::string& ref : hparams_) named |= ref == name;
+      if (!named) throw std::invalid_argument("serialize: a size uses '" + name + "', which names no one hparam");
+    });
+    return d.str();
   }
+  std::string expr(const Dim& d) const { return word_or_quoted(dim(d)); }
+  std::string expr(const std::optional<Dim>& d) const { return d ? expr(*d) : "_"; }
   std::string buffer_ref(int i) const {
     if (i < 0) return "_";
     if (i >= static_cast<int>(buffers_.size()))
@@ -141,21 +147,15 @@ class TextWriter {
       throw std::invalid_argument("serialize: hparam index " + std::to_string(i) + " out of range");
     return hparams_[static_cast<size_t>(i)];
   }
-  // "name" for a whole-buffer view, "name[offset:cols]" otherwise.
+  // "name" for a whole-buffer view, "name[offset:cols]" otherwise (unquoted:
+  // the record's value quotes the whole list).
   std::string view(const View& v) const {
     if (v.buffer < 0) return "_";
     std::string name = buffer_ref(v.buffer);
     const Buffer& b = p_.buffers[static_cast<size_t>(v.buffer)];
-    bool whole = v.col_offset.terms.size() == 1 && v.col_offset.terms[0].op == ExprOp::Const &&
-                 v.col_offset.terms[0].value == 0 && same_terms(v.cols, b.cols);
+    bool whole = v.col_offset == Dim::constant(0) && v.cols == b.cols;
     if (whole) return name;
-    return name + "[" + expr(v.col_offset) + ":" + expr(v.cols) + "]";
-  }
-  static bool same_terms(const Expr& a, const Expr& b) {
-    if (a.terms.size() != b.terms.size()) return false;
-    for (size_t i = 0; i < a.terms.size(); ++i)
-      if (a.terms[i].op != b.terms[i].op || a.terms[i].value != b.terms[i].value) return false;
-    return true;
+    return name + "[" + dim(v.col_offset) + ":" + dim(v.cols) + "]";
   }
 
   void write_op(const char* section, const Op& op) {
@@ -163,9 +163,11 @@ class TextWriter {
     std::string line = std::string(section) + " op=" + program::to_string(op.kind);
     if (!op.inputs.empty()) {
       line += " in=";
-      for (size_t i = 0; i < op.inputs.size(); ++i) line.append(i ? "|" : "").append(view(op.inputs[i]));
+      std::string list;
+      for (size_t i = 0; i < op.inputs.size(); ++i) list.append(i ? "|" : "").append(view(op.inputs[i]));
+      line += word_or_quoted(list);
     }
-    if (op.output.buffer >= 0) line += " out=" + view(op.output);
+    if (op.output.buffer >= 0) line += " out=" + word_or_quoted(view(op.output));
     auto refs = [&](const char* key, const std::vector<int>& list) {
       if (list.empty()) return;
       line += std::string(" ") + key + "=";
@@ -173,7 +175,7 @@ class TextWriter {
     };
     refs("weights", op.weights);
     refs("biases", op.biases);
-    if (op.residual.buffer >= 0) line += " residual=" + view(op.residual);
+    if (op.residual.buffer >= 0) line += " residual=" + word_or_quoted(view(op.residual));
     if (op.epilogue != defaults.epilogue) line += std::string(" epilogue=") + program::to_string(op.epilogue);
     if (op.kind == OpKind::MatMul) {
       const MatMulSchedule& s = op.schedule;
@@ -187,16 +189,16 @@ class TextWriter {
     if (op.kind == OpKind::Rope || op.rope_mode != defaults.rope_mode)
       line += std::string(" rope_mode=") + to_string(op.rope_mode);
     if (op.rope_base_hparam >= 0) line += " rope_base=" + hparam_ref(op.rope_base_hparam);
-    if (!op.n_heads.terms.empty()) line += " n_heads=" + expr(op.n_heads);
-    if (!op.n_heads_kv.terms.empty()) line += " n_heads_kv=" + expr(op.n_heads_kv);
-    if (!op.head_dim.terms.empty()) line += " head_dim=" + expr(op.head_dim);
+    if (op.n_heads) line += " n_heads=" + expr(op.n_heads);
+    if (op.n_heads_kv) line += " n_heads_kv=" + expr(op.n_heads_kv);
+    if (op.head_dim) line += " head_dim=" + expr(op.head_dim);
     if (op.attn_scale_hparam >= 0) line += " attn_scale=" + hparam_ref(op.attn_scale_hparam);
-    if (!op.attn_scale_rsqrt.terms.empty()) line += " attn_scale_rsqrt=" + expr(op.attn_scale_rsqrt);
+    if (op.attn_scale_rsqrt) line += " attn_scale_rsqrt=" + expr(op.attn_scale_rsqrt);
     if (op.attn_softcap_hparam >= 0) line += " attn_softcap=" + hparam_ref(op.attn_softcap_hparam);
     if (op.scalar_hparam >= 0) line += " scalar=" + hparam_ref(op.scalar_hparam);
-    if (!op.scalar_sqrt.terms.empty()) line += " scalar_sqrt=" + expr(op.scalar_sqrt);
-    if (!op.window.terms.empty()) line += " window=" + expr(op.window);
-    if (!op.window_pattern.terms.empty()) line += " window_pattern=" + expr(op.window_pattern);
+    if (op.scalar_sqrt) line += " scalar_sqrt=" + expr(op.scalar_sqrt);
+    if (op.window) line += " window=" + expr(op.window);
+    if (op.window_pattern) line += " window_pattern=" + expr(op.window_pattern);
     if (op.line != 0) line += " line=" + std::to_string(op.line);
     out_ += line + "\n";
   }
@@ -377,9 +379,11 @@ class RecordReader {
       fail(r_.line, "expected a number for '" + key + "', got '" + v + "'");
     return d;
   }
-  Expr expr_field(const std::string& key, bool required) {
-    auto v = required ? std::optional<std::string>(need(key)) : get(key);
-    if (!v || *v == "_") return Expr{};
+  // A required size, or an optional one (absent or `_`).
+  Dim expr_field(const std::string& key) { return expr(need(key), key); }
+  std::optional<Dim> optional_expr_field(const std::string& key, bool field_required) {
+    auto v = field_required ? std::optional<std::string>(need(key)) : get(key);
+    if (!v || *v == "_") return std::nullopt;
     return expr(*v, key);
   }
   int hparam_field(const std::string& key) {
@@ -425,14 +429,18 @@ class RecordReader {
     return out;
   }
 
-  Expr expr(const std::string& text, const std::string& key) {
-    text_ = text;
-    pos_ = 0;
-    key_ = key;
-    Expr e;
-    parse_sum(e, 0);
-    if (pos_ != text_.size()) expr_error("unexpected '" + text_.substr(pos_, 1) + "'");
-    return e;
+  // A size in the one language of sizes; every hparam it names must exist (and be unambiguous).
+  Dim expr(const std::string& text, const std::string& key) {
+    Dim d;
+    try {
+      d = ops::parse_dim(text);
+    } catch (const ops::DimParseError& e) {
+      fail(r_.line, "in expression '" + text + "' of '" + key + "': " + e.what());
+    }
+    d.for_each_param([&](const std::string& name) {
+      if (!hparam_names_.count(name)) fail(r_.line, "unknown hparam '" + name + "' in '" + key + "'");
+    });
+    return d;
   }
 
  private:
@@ -454,7 +462,7 @@ class RecordReader {
     size_t bracket = text.find('[');
     if (bracket == std::string::npos) {
       v.buffer = resolve(text, buffer_names_, static_cast<int>(p_.buffers.size()), "buffer");
-      v.col_offset = Expr::constant(0);
+      v.col_offset = Dim::constant(0);
       v.cols = p_.buffers[static_cast<size_t>(v.buffer)].cols;
       return v;
     }
@@ -468,94 +476,12 @@ class RecordReader {
     return v;
   }
 
-  [[noreturn]] void expr_error(const std::string& message) {
-    fail(r_.line, "in expression '" + text_ + "' of '" + key_ + "': " + message);
-  }
-  bool accept(char c) {
-    if (pos_ < text_.size() && text_[pos_] == c) {
-      ++pos_;
-      return true;
-    }
-    return false;
-  }
-  void expect(char c) {
-    if (!accept(c)) expr_error(std::string("expected '") + c + "'");
-  }
-  // sum := product (('+' | '-') product)*
-  void parse_sum(Expr& e, int depth) {
-    parse_product(e, depth);
-    while (pos_ < text_.size() && (text_[pos_] == '+' || text_[pos_] == '-')) {
-      ExprOp op = text_[pos_++] == '+' ? ExprOp::Add : ExprOp::Sub;
-      parse_product(e, depth);
-      e.terms.push_back(ExprTerm{op, 0});
-    }
-  }
-  // product := factor (('*' | '/' | '%') factor)*
-  void parse_product(Expr& e, int depth) {
-    parse_factor(e, depth);
-    while (pos_ < text_.size() && (text_[pos_] == '*' || text_[pos_] == '/' || text_[pos_] == '%')) {
-      char c = text_[pos_++];
-      ExprOp op = c == '*' ? ExprOp::Mul : c == '/' ? ExprOp::Div : ExprOp::Mod;
-      parse_factor(e, depth);
-      e.terms.push_back(ExprTerm{op, 0});
-    }
-  }
-  // factor := integer | 'N' | hparam | '#' index | ('min'|'max') '(' sum ',' sum ')' | '(' sum ')'
-  void parse_factor(Expr& e, int depth) {
-    if (depth > kMaxExprDepth) expr_error("nested too deeply");
-    if (pos_ >= text_.size()) expr_error("unexpected end");
-    char c = text_[pos_];
-    if (c == '(') {
-      ++pos_;
-      parse_sum(e, depth + 1);
-      expect(')');
-      return;
-    }
-    if (c == '-' || (c >= '0' && c <= '9')) {
-      size_t start = pos_++;
-      while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') ++pos_;
-      e.terms.push_back(
-          ExprTerm{ExprOp::Const, parse_int(std::string_view(text_).substr(start, pos_ - start), r_.line,
-                                            "a constant in '" + key_ + "'")});
-      return;
-    }
-    if (c == '#') {
-      size_t start = pos_++;
-      while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') ++pos_;
-      e.terms.push_back(ExprTerm{ExprOp::HParam, resolve(text_.substr(start, pos_ - start), hparam_names_,
-                                                         static_cast<int>(p_.hparams.size()), "hparam")});
-      return;
-    }
-    size_t start = pos_;
-    while (pos_ < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_'))
-      ++pos_;
-    std::string word = text_.substr(start, pos_ - start);
-    if (word.empty()) expr_error("unexpected '" + std::string(1, c) + "'");
-    if (word == "N") {
-      e.terms.push_back(ExprTerm{ExprOp::Tokens, 0});
-      return;
-    }
-    if (word == "min" || word == "max") {
-      expect('(');
-      parse_sum(e, depth + 1);
-      expect(',');
-      parse_sum(e, depth + 1);
-      expect(')');
-      e.terms.push_back(ExprTerm{word == "min" ? ExprOp::Min : ExprOp::Max, 0});
-      return;
-    }
-    e.terms.push_back(ExprTerm{ExprOp::HParam, resolve(word, hparam_names_, static_cast<int>(p_.hparams.size()),
-                                                       "hparam")});
-  }
-
   const Record& r_;
   const Program& p_;
   const std::map<std::string, int>& hparam_names_;
   const std::map<std::string, int>& buffer_names_;
   const std::map<std::string, int>& weight_names_;
   std::vector<bool> used_;
-  std::string text_, key_;
-  size_t pos_ = 0;
 };
 
 template <typename Enum, size_t N>
@@ -646,9 +572,9 @@ Program deserialize(std::string_view text) {
     Buffer& b = p.buffers[n_buffer++];
     rd.need("name");
     b.dtype = parse_dtype(rd.need("dtype"), r.line);
-    b.rows = rd.expr_field("rows", true);
-    b.cols = rd.expr_field("cols", true);
-    b.offset = rd.expr_field("offset", true);
+    b.rows = rd.expr_field("rows");
+    b.cols = rd.expr_field("cols");
+    b.offset = rd.expr_field("offset");
     rd.finish();
   }
 
@@ -666,10 +592,10 @@ Program deserialize(std::string_view text) {
       p.source_name = rd.need("source");
       p.tokens_buffer = rd.buffer_field("tokens");
       p.logits_buffer = rd.buffer_field("logits");
-      p.n_layers = rd.expr_field("n_layers", true);
-      p.n_ctx_train = rd.expr_field("n_ctx_train", true);
-      p.kv_dim = rd.expr_field("kv_dim", true);
-      p.arena_bytes = rd.expr_field("arena_bytes", true);
+      p.n_layers = rd.expr_field("n_layers");
+      p.n_ctx_train = rd.expr_field("n_ctx_train");
+      p.kv_dim = rd.expr_field("kv_dim");
+      p.arena_bytes = rd.expr_field("arena_bytes");
     } else if (r.kind == "hparam") {
       HParam& h = p.hparams[n_hparam++];
       rd.need("name");
@@ -680,15 +606,14 @@ Program deserialize(std::string_view text) {
       else fail(r.line, "unknown hparam kind '" + kind + "' (want int or float)");
       h.required = rd.flag("required");
       h.default_value = rd.optional_number("default");
-      Expr derived = rd.expr_field("derived", true);
-      if (!derived.terms.empty()) h.derived = std::move(derived);
+      h.derived = rd.optional_expr_field("derived", true);
       h.min_value = rd.optional_number("min");
       h.max_value = rd.optional_number("max");
     } else if (r.kind == "check") {
       Check& c = p.checks.emplace_back();
-      c.lhs = rd.expr_field("lhs", true);
+      c.lhs = rd.expr_field("lhs");
       c.cmp = parse_enum<Check::Cmp>(rd.need("cmp"), kCmps, to_string, r.line, "comparison");
-      c.rhs = rd.expr_field("rhs", true);
+      c.rhs = rd.expr_field("rhs");
       c.message = rd.need("message");
     } else if (r.kind == "weight") {
       Weight& w = p.weights[n_weight++];
@@ -725,16 +650,16 @@ Program deserialize(std::string_view text) {
       if (auto m = rd.get("rope_mode"))
         op.rope_mode = parse_enum<RopeMode>(*m, kRopeModes, to_string, r.line, "rope mode");
       op.rope_base_hparam = rd.hparam_field("rope_base");
-      op.n_heads = rd.expr_field("n_heads", false);
-      op.n_heads_kv = rd.expr_field("n_heads_kv", false);
-      op.head_dim = rd.expr_field("head_dim", false);
+      op.n_heads = rd.optional_expr_field("n_heads", false);
+      op.n_heads_kv = rd.optional_expr_field("n_heads_kv", false);
+      op.head_dim = rd.optional_expr_field("head_dim", false);
       op.attn_scale_hparam = rd.hparam_field("attn_scale");
-      op.attn_scale_rsqrt = rd.expr_field("attn_scale_rsqrt", false);
+      op.attn_scale_rsqrt = rd.optional_expr_field("attn_scale_rsqrt", false);
       op.attn_softcap_hparam = rd.hparam_field("attn_softcap");
       op.scalar_hparam = rd.hparam_field("scalar");
-      op.scalar_sqrt = rd.expr_field("scalar_sqrt", false);
-      op.window = rd.expr_field("window", false);
-      op.window_pattern = rd.expr_field("window_pattern", false);
+      op.scalar_sqrt = rd.optional_expr_field("scalar_sqrt", false);
+      op.window = rd.optional_expr_field("window", false);
+      op.window_pattern = rd.optional_expr_field("window_pattern", false);
       int64_t src_line = rd.integer("line", 0);
       if (src_line < 0 || src_line > INT32_MAX) fail(r.line, "source line out of range");
       op.line = static_cast<int>(src_line);

@@ -22,7 +22,7 @@ namespace {
 
 using program::DType;
 using program::Epilogue;
-using program::Expr;
+using program::Dim;
 using program::HParam;
 using program::OpKind;
 using program::Program;
@@ -89,10 +89,10 @@ std::optional<DType> dtype_of(gguf::TensorType t) {
   }
 }
 
-int64_t eval_or_throw(const Expr& e, const std::vector<double>& hp, const std::string& what) {
+int64_t eval_or_throw(const Dim& e, const program::HParamValues& hp, const std::string& what) {
   try {
-    return e.eval(hp, 1);
-  } catch (const program::EvalError& err) {
+    return hp.eval(e, 1);
+  } catch (const lumen::ops::DimError& err) {
     throw LoadError("cannot evaluate " + what + ": " + err.what());
   }
 }
@@ -116,13 +116,14 @@ std::vector<double> resolve_hparams(const Program& program, const gguf::File& fi
 
     // Unresolved entries are NaN, so a derivation that looks ahead fails to evaluate.
     std::vector<double> values(program.hparams.size(), std::nan(""));
+    const program::HParamValues resolved(program.hparams, values);
     for (size_t i = 0; i < program.hparams.size(); ++i) {
       const HParam& h = program.hparams[i];
       std::optional<double> v;
       std::string source = h.gguf_key.empty() ? "derived" : "key " + h.gguf_key;
       if (!h.gguf_key.empty()) v = read_key(h, file);
       if (!v && h.derived) {
-        v = static_cast<double>(eval_or_throw(*h.derived, values, "hparam '" + h.name + "'"));
+        v = static_cast<double>(eval_or_throw(*h.derived, resolved, "hparam '" + h.name + "'"));
         source = "derived";
       }
       if (!v && h.default_value) {
@@ -141,8 +142,8 @@ std::vector<double> resolve_hparams(const Program& program, const gguf::File& fi
       values[i] = *v;
     }
     for (const program::Check& c : program.checks) {
-      int64_t lhs = eval_or_throw(c.lhs, values, "check '" + c.message + "'");
-      int64_t rhs = eval_or_throw(c.rhs, values, "check '" + c.message + "'");
+      int64_t lhs = eval_or_throw(c.lhs, resolved, "check '" + c.message + "'");
+      int64_t rhs = eval_or_throw(c.rhs, resolved, "check '" + c.message + "'");
       bool ok = false;
       switch (c.cmp) {
         case program::Check::Cmp::Eq: ok = lhs == rhs; break;
@@ -170,21 +171,23 @@ int64_t layers_of(const BoundModel& b, Section s) { return s == Section::Layer ?
 
 // The program-level sizes from the resolved hparams.
 void bind_sizes(const Program& p, BoundModel& b) {
-  b.n_layers = eval_or_throw(p.n_layers, b.hparams, "the layer count");
+  const program::HParamValues hp(p.hparams, b.hparams);
+  b.n_layers = eval_or_throw(p.n_layers, hp, "the layer count");
   if (b.n_layers < 0 || b.n_layers > 65536)
     throw LoadError("layer count " + std::to_string(b.n_layers) + " out of range");
-  b.n_ctx_train = eval_or_throw(p.n_ctx_train, b.hparams, "the training context");
-  b.kv_dim = eval_or_throw(p.kv_dim, b.hparams, "the KV row width");
+  b.n_ctx_train = eval_or_throw(p.n_ctx_train, hp, "the training context");
+  b.kv_dim = eval_or_throw(p.kv_dim, hp, "the KV row width");
 }
 
 // Every weight by name (or its fallback), per layer, with dtype and shape checked.
 void bind_weights(const Program& p, const gguf::File& file, BoundModel& b) {
   b.tensors.resize(p.weights.size());
+  const program::HParamValues hp(p.hparams, b.hparams);
   for (size_t wi = 0; wi < p.weights.size(); ++wi) {
     const program::Weight& w = p.weights[wi];
     int64_t count = w.per_layer ? b.n_layers : 1;
     std::vector<int64_t> expected;
-    for (const Expr& e : w.shape) expected.push_back(eval_or_throw(e, b.hparams, "the shape of '" + w.name + "'"));
+    for (const Dim& e : w.shape) expected.push_back(eval_or_throw(e, hp, "the shape of '" + w.name + "'"));
     for (int64_t layer = 0; layer < count; ++layer) {
       std::string name = substitute_layer(w.gguf_name, layer);
       const gguf::TensorInfo* t = file.find_tensor(name);

@@ -26,12 +26,17 @@ const Plan& Session::Impl::plan_for(int64_t n) {
   auto found = plans.find(n);
   if (found != plans.end()) return found->second;
   const program::Program& p = program();
-  auto eval = [&](const program::Expr& e, const std::string& what) {
+  const program::HParamValues hparams(p.hparams, bound.hparams);
+  auto eval = [&](const program::Dim& e, const std::string& what) {
     try {
-      return e.eval(bound.hparams, n);
-    } catch (const program::EvalError& err) {
+      return hparams.eval(e, n);
+    } catch (const lumen::ops::DimError& err) {
       throw LoadError("program: cannot evaluate " + what + " for N=" + std::to_string(n) + ": " + err.what());
     }
+  };
+  auto eval_required = [&](const std::optional<program::Dim>& e, const std::string& what) {
+    if (!e) throw LoadError("program: " + what + " is missing");
+    return eval(*e, what);
   };
   int64_t arena_bytes = eval(p.arena_bytes, "the arena size");
   if (arena_bytes < 0) throw LoadError("program: negative arena size");
@@ -86,7 +91,7 @@ const Plan& Session::Impl::plan_for(int64_t n) {
   auto whole = [&](int buffer, const char* what) {
     if (buffer < 0 || buffer >= static_cast<int>(p.buffers.size()))
       throw LoadError(std::string("program: no ") + what + " buffer");
-    program::View v{buffer, program::Expr::constant(0), p.buffers[static_cast<size_t>(buffer)].cols};
+    program::View v{buffer, program::Dim::constant(0), p.buffers[static_cast<size_t>(buffer)].cols};
     return resolve(v, what);
   };
   plan.tokens = whole(p.tokens_buffer, "tokens");
@@ -112,27 +117,27 @@ const Plan& Session::Impl::plan_for(int64_t n) {
       if (op.kind == OpKind::RmsNorm || op.kind == OpKind::RmsNormQuant) r.eps = hparam_value(op.eps_hparam, "eps");
       if (op.kind == OpKind::Rope) r.rope_base = hparam_value(op.rope_base_hparam, "rope base");
       if (op.kind == OpKind::Rope || op.kind == OpKind::Attention) {
-        r.n_heads = eval(op.n_heads, "n_heads");
-        r.head_dim = eval(op.head_dim, "head_dim");
+        r.n_heads = eval_required(op.n_heads, "n_heads");
+        r.head_dim = eval_required(op.head_dim, "head_dim");
       }
       if (op.kind == OpKind::RmsNorm || op.kind == OpKind::RmsNormQuant) {
         // Per head when n_heads is given: groups of cols / n_heads.
-        r.n_heads = op.n_heads.terms.empty() ? 1 : eval(op.n_heads, "n_heads");
+        r.n_heads = op.n_heads ? eval(*op.n_heads, "n_heads") : 1;
         r.head_dim = r.n_heads >= 1 && !r.in.empty() ? r.in[0].cols / r.n_heads : 0;
       }
       if (op.kind == OpKind::Attention) {
-        r.n_heads_kv = eval(op.n_heads_kv, "n_heads_kv");
-        const int64_t scale_dim = op.attn_scale_rsqrt.terms.empty() ? r.head_dim : eval(op.attn_scale_rsqrt, "the scale");
+        r.n_heads_kv = eval_required(op.n_heads_kv, "n_heads_kv");
+        const int64_t scale_dim = op.attn_scale_rsqrt ? eval(*op.attn_scale_rsqrt, "the scale") : r.head_dim;
         r.attn_scale = op.attn_scale_hparam >= 0 ? hparam_value(op.attn_scale_hparam, "attention scale")
                                                  : 1.0f / std::sqrt(static_cast<float>(std::max<int64_t>(1, scale_dim)));
         r.attn_softcap = op.attn_softcap_hparam >= 0 ? hparam_value(op.attn_softcap_hparam, "soft-capping") : 0.0f;
-        r.window = op.window.terms.empty() ? 0 : eval(op.window, "the sliding window");
-        r.window_pattern = op.window_pattern.terms.empty() ? 0 : eval(op.window_pattern, "the window pattern");
+        r.window = op.window ? eval(*op.window, "the sliding window") : 0;
+        r.window_pattern = op.window_pattern ? eval(*op.window_pattern, "the window pattern") : 0;
         r.kv_slot = kv_slots++;
       }
       if (op.kind == OpKind::Scale)
-        r.scalar = op.scalar_sqrt.terms.empty() ? hparam_value(op.scalar_hparam, "scale factor")
-                                                : std::sqrt(static_cast<float>(eval(op.scalar_sqrt, "the scale factor")));
+        r.scalar = op.scalar_sqrt ? std::sqrt(static_cast<float>(eval(*op.scalar_sqrt, "the scale factor")))
+                                  : hparam_value(op.scalar_hparam, "scale factor");
       if (op.kind == OpKind::Softcap) r.scalar = hparam_value(op.scalar_hparam, "cap");
       r.profile_key = program::to_string(op.kind);
       // The rows this matmul sees decide the kernel: after TakeLast it is one.
@@ -326,7 +331,7 @@ void Session::Impl::check_op(const ROp& r, Section section, size_t index, int64_
   for (int64_t l = 0; l < layers; ++l) {
     op_table::OpCall call;
     call.facts = &no_facts;
-    call.tokens = op_table::SymDim::constant(n);
+    call.tokens = op_table::ShapeDim::of(n);
     size_t next_in = 0, next_w = 0;
     auto take = [&](bool weight) {
       if (weight) {
@@ -355,7 +360,7 @@ void Session::Impl::check_op(const ROp& r, Section section, size_t index, int64_
       call.sizes["dim"] = op_table::ShapeDim::of(r.head_dim);
     }
     if (op.kind == OpKind::Attention) call.sizes["kv_heads"] = op_table::ShapeDim::of(r.n_heads_kv);
-    if ((op.kind == OpKind::RmsNorm || op.kind == OpKind::RmsNormQuant) && !op.n_heads.terms.empty())
+    if ((op.kind == OpKind::RmsNorm || op.kind == OpKind::RmsNormQuant) && op.n_heads)
       call.sizes["heads"] = op_table::ShapeDim::of(r.n_heads);
     if (op.kind == OpKind::Rope) call.choices["mode"] = op.rope_mode == program::RopeMode::Normal ? "normal" : "neox";
     if (op.kind == OpKind::MatMul) {

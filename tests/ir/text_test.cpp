@@ -111,6 +111,10 @@ TEST(IrText, ReportsErrorsWithLines) {
   expect_parse_error("module m\ncheck a ~ b : \"x\"\n", "line 2: unexpected character '~'");
   expect_parse_error("module m\nfoo\n", "line 2: expected 'func', found 'foo'");
   expect_parse_error("module m\nparam s : int = key(\"abc\n", "line 2: unterminated string");
+  // Dims are read by the one parser of sizes (ops/dim.h); its errors get the line they are on.
+  expect_parse_error("module m\nweight @w : f32[2 *\n] = \"w\"\n", "line 3: expected a dimension, found ']'");
+  expect_parse_error("module m\nweight @w : f32[max(a)] = \"w\"\n", "line 2: expected ','");
+  expect_parse_error("module m\nweight @w : f32[1.5] = \"w\"\n", "line 2: bad dimension: '1.5'");
 }
 
 }  // namespace

@@ -13,8 +13,9 @@ namespace {
 
 using namespace lumen::ops;
 
-ShapeDim d(const char* name) { return {SymDim::param(name), name}; }
-ShapeDim n() { return {SymDim::tokens(), "N"}; }
+ShapeDim shape(const Dim& x) { return {x, SymDim::of(x)}; }
+ShapeDim d(const char* name) { return shape(Dim::param(name)); }
+ShapeDim n() { return shape(Dim::tokens()); }
 TensorType f32(std::vector<ShapeDim> shape) { return {DType::F32, std::move(shape)}; }
 TensorType q8(std::vector<ShapeDim> shape) { return {DType::Q8_0, std::move(shape)}; }
 
@@ -55,7 +56,7 @@ TEST(OpTable, EveryDslOpIsABuiltin) {
 TEST(OpTable, RopeNeedsHeadsTimesDimAndAnEvenDim) {
   DimFacts facts;
   facts.assume_divides(SymDim::constant(2), SymDim::param("hd"));
-  OpCall c = call_of({f32({n(), {SymDim::param("h") * SymDim::param("hd"), "h * hd"}})}, {false}, facts);
+  OpCall c = call_of({f32({n(), shape(Dim::param("h") * Dim::param("hd"))})}, {false}, facts);
   c.sizes = {{"heads", d("h")}, {"dim", d("hd")}};
   Verdict v = infer(op_info(OpId::Rope), c);
   ASSERT_TRUE(v.ok()) << v.message;
@@ -77,7 +78,7 @@ TEST(OpTable, RopeNeedsHeadsTimesDimAndAnEvenDim) {
 
 TEST(OpTable, RopeAndAttentionNeedOneRowPerToken) {
   DimFacts none;
-  OpCall c = call_of({f32({ShapeDim::of(1), {SymDim::param("h") * SymDim::constant(2), "h * 2"}})}, {false}, none);
+  OpCall c = call_of({f32({ShapeDim::of(1), shape(Dim::param("h") * Dim::constant(2))})}, {false}, none);
   c.sizes = {{"heads", d("h")}, {"dim", ShapeDim::of(2)}};
   Verdict v = infer(op_info(OpId::Rope), c);
   EXPECT_FALSE(v.ok());
@@ -86,7 +87,7 @@ TEST(OpTable, RopeAndAttentionNeedOneRowPerToken) {
 
 TEST(OpTable, AttentionKvHeadsDefaultsToHeads) {
   DimFacts none;
-  ShapeDim width{SymDim::param("h") * SymDim::param("hd"), "h * hd"};
+  ShapeDim width = shape(Dim::param("h") * Dim::param("hd"));
   OpCall c = call_of({f32({n(), width}), f32({n(), width}), f32({n(), width})}, {false, false, false}, none);
   c.sizes = {{"heads", d("h")}, {"dim", d("hd")}};
   EXPECT_TRUE(infer(op_info(OpId::Attention), c).ok());
@@ -151,13 +152,13 @@ TEST(OpTable, ChoicesAreChecked) {
 TEST(OpTable, ConstantShapesCheckByValue) {
   DimFacts none;
   OpCall c = call_of({f32({ShapeDim::of(5), ShapeDim::of(256)})}, {false}, none);
-  c.tokens = SymDim::constant(5);
+  c.tokens = ShapeDim::of(5);
   c.sizes = {{"heads", ShapeDim::of(4)}, {"dim", ShapeDim::of(64)}};
   EXPECT_TRUE(infer(op_info(OpId::Rope), c).ok());
   c.sizes["dim"] = ShapeDim::of(32);
   EXPECT_FALSE(infer(op_info(OpId::Rope), c).ok());
   c.sizes["dim"] = ShapeDim::of(64);
-  c.tokens = SymDim::constant(6);
+  c.tokens = ShapeDim::of(6);
   EXPECT_FALSE(infer(op_info(OpId::Rope), c).ok());
 }
 

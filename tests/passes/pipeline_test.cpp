@@ -227,7 +227,7 @@ std::vector<double> resolve(const lumen::program::Program& p, const std::map<std
     double v = 0;
     if (auto it = inputs.find(h.name); it != inputs.end()) v = it->second;
     else if (h.default_value) v = *h.default_value;
-    else if (h.derived) v = static_cast<double>(h.derived->eval(values, 1));
+    else if (h.derived) v = static_cast<double>(lumen::program::HParamValues(p.hparams, values).eval(*h.derived, 1));
     values.push_back(v);
   }
   return values;
@@ -236,11 +236,12 @@ std::vector<double> resolve(const lumen::program::Program& p, const std::map<std
 // One op as comparable text with sizes evaluated: kind, weights, epilogue,
 // kernels, and the dtype and column range of every view.
 std::vector<std::string> describe_ops(const lumen::program::Program& p, const std::vector<lumen::program::Op>& ops) {
-  auto hp = resolve(p, kQwen05b);
+  auto values = resolve(p, kQwen05b);
+  const lumen::program::HParamValues hp(p.hparams, values);
   auto view = [&](const lumen::program::View& v) {
     const auto& b = p.buffers.at(static_cast<size_t>(v.buffer));
-    return std::string(lumen::program::to_string(b.dtype)) + "[" + std::to_string(v.col_offset.eval(hp, 7)) + ":" +
-           std::to_string(v.cols.eval(hp, 7)) + "]";
+    return std::string(lumen::program::to_string(b.dtype)) + "[" + std::to_string(hp.eval(v.col_offset, 7)) + ":" +
+           std::to_string(hp.eval(v.cols, 7)) + "]";
   };
   std::vector<std::string> out;
   for (const auto& op : ops) {
@@ -255,7 +256,7 @@ std::vector<std::string> describe_ops(const lumen::program::Program& p, const st
       if (op.epilogue == lumen::program::Epilogue::Residual) s += " residual=" + view(op.residual);
     }
     if (op.kind == lumen::program::OpKind::Rope || op.kind == lumen::program::OpKind::Attention)
-      s += " heads=" + std::to_string(op.n_heads.eval(hp, 7)) + " dim=" + std::to_string(op.head_dim.eval(hp, 7));
+      s += " heads=" + std::to_string(hp.eval(op.n_heads.value(), 7)) + " dim=" + std::to_string(hp.eval(op.head_dim.value(), 7));
     out.push_back(s);
   }
   return out;
@@ -277,7 +278,8 @@ TEST(Pipeline, Qwen2ProgramMatchesTheHandWrittenOne) {
     }
   }
   ASSERT_EQ(mine.weights.size(), ref.weights.size());
-  auto hp = resolve(ref, kQwen05b);
+  auto values = resolve(ref, kQwen05b);
+  const lumen::program::HParamValues hp(ref.hparams, values);  // mine has the same hparams (above)
   for (size_t i = 0; i < ref.weights.size(); ++i) {
     EXPECT_EQ(mine.weights[i].name, ref.weights[i].name);
     EXPECT_EQ(mine.weights[i].gguf_name, ref.weights[i].gguf_name);
@@ -285,18 +287,18 @@ TEST(Pipeline, Qwen2ProgramMatchesTheHandWrittenOne) {
     EXPECT_EQ(mine.weights[i].dtypes, ref.weights[i].dtypes);
     ASSERT_EQ(mine.weights[i].shape.size(), ref.weights[i].shape.size());
     for (size_t d = 0; d < ref.weights[i].shape.size(); ++d)
-      EXPECT_EQ(mine.weights[i].shape[d].eval(hp, 1), ref.weights[i].shape[d].eval(hp, 1)) << ref.weights[i].name;
+      EXPECT_EQ(hp.eval(mine.weights[i].shape[d], 1), hp.eval(ref.weights[i].shape[d], 1)) << ref.weights[i].name;
   }
   EXPECT_EQ(describe_ops(mine, mine.pre), describe_ops(ref, ref.pre));
   EXPECT_EQ(describe_ops(mine, mine.layer), describe_ops(ref, ref.layer));
   EXPECT_EQ(describe_ops(mine, mine.post), describe_ops(ref, ref.post));
-  EXPECT_EQ(mine.n_layers.eval(hp, 1), 24);
-  EXPECT_EQ(mine.kv_dim.eval(hp, 1), ref.kv_dim.eval(hp, 1));
-  EXPECT_EQ(mine.n_ctx_train.eval(hp, 1), ref.n_ctx_train.eval(hp, 1));
+  EXPECT_EQ(hp.eval(mine.n_layers, 1), 24);
+  EXPECT_EQ(hp.eval(mine.kv_dim, 1), hp.eval(ref.kv_dim, 1));
+  EXPECT_EQ(hp.eval(mine.n_ctx_train, 1), hp.eval(ref.n_ctx_train, 1));
   EXPECT_EQ(mine.buffers.at(static_cast<size_t>(mine.tokens_buffer)).dtype, lumen::program::DType::I32);
-  EXPECT_EQ(mine.buffers.at(static_cast<size_t>(mine.logits_buffer)).cols.eval(hp, 1), 151936);
+  EXPECT_EQ(hp.eval(mine.buffers.at(static_cast<size_t>(mine.logits_buffer)).cols, 1), 151936);
   // Liveness-based reuse: never more than the reference's side-by-side layout.
-  EXPECT_LE(mine.arena_bytes.eval(hp, 512), ref.arena_bytes.eval(hp, 512));
+  EXPECT_LE(hp.eval(mine.arena_bytes, 512), hp.eval(ref.arena_bytes, 512));
   // The serialized form reads back identically.
   std::string text = lumen::program::serialize(mine);
   EXPECT_EQ(lumen::program::serialize(lumen::program::deserialize(text)), text);
@@ -344,10 +346,11 @@ TEST(Lowering, StandaloneSoftmaxBecomesAProgramOp) {
   EXPECT_EQ(logits.kind, lumen::program::OpKind::MatMul);
   EXPECT_EQ(softmax.inputs[0].buffer, logits.output.buffer);
   EXPECT_NE(softmax.inputs[0].buffer, softmax.output.buffer);
-  const std::vector<double> hp = {151936, 32768, 896, 24, 4864, 14, 2, 1e6, 1e-6, 64, 128};
-  ASSERT_EQ(p.hparams.size(), hp.size());
-  EXPECT_EQ(softmax.inputs[0].cols.eval(hp, 1), 151936);
-  EXPECT_EQ(softmax.output.cols.eval(hp, 1), 151936);
+  const std::vector<double> values = {151936, 32768, 896, 24, 4864, 14, 2, 1e6, 1e-6, 64, 128};
+  ASSERT_EQ(p.hparams.size(), values.size());
+  const lumen::program::HParamValues hp(p.hparams, values);
+  EXPECT_EQ(hp.eval(softmax.inputs[0].cols, 1), 151936);
+  EXPECT_EQ(hp.eval(softmax.output.cols, 1), 151936);
   // The op survives the text form.
   std::string text = lumen::program::serialize(p);
   EXPECT_NE(text.find("post op=Softmax "), std::string::npos);
@@ -379,8 +382,8 @@ TEST(Lowering, AnUnplannedModuleIsAnInternalError) {
 
 TEST(Lowering, ContextLengthComesFromItsParamOrAnHParamOfItsOwn) {
   lumen::program::Program qwen2 = lumen::passes::lower_to_program(compiled("dsl/qwen2.dsl"));
-  ASSERT_EQ(qwen2.n_ctx_train.terms.size(), 1u);
-  EXPECT_EQ(qwen2.hparams.at(static_cast<size_t>(qwen2.n_ctx_train.terms[0].value)).name, "n_ctx");
+  ASSERT_EQ(qwen2.n_ctx_train.kind(), lumen::ops::Dim::Kind::Param);
+  EXPECT_EQ(qwen2.n_ctx_train.name(), "n_ctx");
 
   // No param reads tiny.context_length: the program still bounds --ctx by it.
   Module m = lumen::ir::parse_module(R"(module tiny
@@ -395,9 +398,9 @@ func @forward(%0 : i32[N]) -> f32[N, n_vocab] {
 )");
   lumen::passes::run_pipeline(m, kTarget);
   lumen::program::Program p = lumen::passes::lower_to_program(m);
-  ASSERT_EQ(p.n_ctx_train.terms.size(), 1u);
-  ASSERT_EQ(p.n_ctx_train.terms[0].op, lumen::program::ExprOp::HParam);
-  const lumen::program::HParam& h = p.hparams.at(static_cast<size_t>(p.n_ctx_train.terms[0].value));
+  ASSERT_EQ(p.n_ctx_train.kind(), lumen::ops::Dim::Kind::Param);
+  const lumen::program::HParam& h = p.hparams.back();
+  EXPECT_EQ(p.n_ctx_train.name(), h.name);
   EXPECT_EQ(h.name, "n_ctx_train_");  // the DSL's own n_ctx_train is another key
   EXPECT_EQ(h.gguf_key, "tiny.context_length");
   EXPECT_TRUE(h.required);
@@ -507,7 +510,8 @@ TEST(Lumenc, ChecksDumpsAndReportsErrors) {
   EXPECT_EQ(out.rfind("lumenc: error: --only=plan_memory needs a fully typed IR (run infer_shapes first): ", 0), 0u)
       << out;
   EXPECT_EQ(run_lumenc("dump-program " + source_path("dsl/qwen2.dsl"), &out), 0);
-  EXPECT_EQ(out.rfind("lumen-program 2\n", 0), 0u) << out.substr(0, 100);
+  EXPECT_EQ(out.rfind("lumen-program 3
+", 0), 0u) << out.substr(0, 100);
   // The kernels of the --target: AVX2's registers hold m16n4, not m48n4.
   EXPECT_EQ(run_lumenc("dump-program --target avx2 " + source_path("dsl/qwen2.dsl"), &out), 0);
   EXPECT_NE(out.find("prefill_kernel=\"gemm.bias.m16n4\""), std::string::npos);

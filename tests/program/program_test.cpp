@@ -1,9 +1,10 @@
-// Tests of the scheduled program helpers: expression evaluation and printing,
-// enum names, and the text format (round trip of the hand-written qwen2
-// program, rejection of malformed input with a line number, no crash on
-// mutated input).
+// Tests of the scheduled program helpers: evaluating its sizes for resolved
+// hparams (the sizes themselves: tests/ops/dim_test.cpp), enum names, and the
+// text format (round trip of the hand-written qwen2 program, rejection of
+// malformed input with a line number, no crash on mutated input).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -24,35 +25,27 @@ std::string read_text(const std::string& path) {
 
 std::string qwen2_text() { return read_text(LUMEN_SOURCE_DIR "/tests/data/qwen2.program"); }
 
-TEST(Expr, EvaluatesWithFloorDivisionAndHParams) {
-  std::vector<double> hp = {7.0, 2.9};
-  EXPECT_EQ((Expr::hparam(0) * Expr::tokens() + Expr::constant(3)).eval(hp, 5), 38);
-  EXPECT_EQ((Expr::constant(-7) / Expr::constant(2)).eval(hp, 1), -4);
-  EXPECT_EQ((Expr::constant(-7) % Expr::constant(2)).eval(hp, 1), 1);
-  EXPECT_EQ((Expr::constant(7) % Expr::constant(-2)).eval(hp, 1), -1);
-  EXPECT_EQ(max(Expr::hparam(1), Expr::constant(1)).eval(hp, 1), 2);  // 2.9 truncates to 2
-  EXPECT_EQ((Expr::constant(10) - Expr::tokens()).eval(hp, 4), 6);
-}
+Dim hp(const char* name) { return Dim::param(name); }
+Dim c(int64_t v) { return Dim::constant(v); }
 
-TEST(Expr, ThrowsOnDivisionByZeroOverflowAndMalformedTerms) {
-  std::vector<double> hp = {0.0};
-  EXPECT_THROW((Expr::constant(1) / Expr::hparam(0)).eval(hp, 1), EvalError);
-  EXPECT_THROW((Expr::constant(1) % Expr::constant(0)).eval(hp, 1), EvalError);
-  EXPECT_THROW((Expr::constant(INT64_MAX) + Expr::constant(1)).eval(hp, 1), EvalError);
-  EXPECT_THROW((Expr::constant(INT64_MIN) / Expr::constant(-1)).eval(hp, 1), EvalError);
-  EXPECT_THROW((Expr::constant(1LL << 40) * Expr::constant(1LL << 40)).eval(hp, 1), EvalError);
-  EXPECT_THROW(Expr::hparam(3).eval(hp, 1), EvalError);
-  EXPECT_THROW(Expr{}.eval(hp, 1), EvalError);
-  Expr dangling{{ExprTerm{ExprOp::Add, 0}}};
-  EXPECT_THROW(dangling.eval(hp, 1), EvalError);
-  std::vector<double> inf = {1e300};
-  EXPECT_THROW(Expr::hparam(0).eval(inf, 1), EvalError);
-}
-
-TEST(Expr, PrintsInfix) {
-  std::vector<std::string> names = {"n_embd", "n_head"};
-  EXPECT_EQ((Expr::hparam(0) / Expr::hparam(1) * Expr::tokens()).str(names), "((n_embd/n_head)*N)");
-  EXPECT_EQ(max(Expr::constant(-3), Expr::hparam(5)).str(names), "max(-3,#5)");
+TEST(HParamValues, EvaluateSizesByNameWithFloatsTruncated) {
+  std::vector<HParam> hparams(3);
+  hparams[0].name = "a";
+  hparams[1].name = "f";
+  hparams[1].kind = HParam::Kind::Float;
+  hparams[2].name = "later";
+  std::vector<double> values = {7.0, 2.9, std::nan("")};
+  HParamValues v(hparams, values);
+  EXPECT_EQ(v.eval(hp("a") * Dim::tokens() + c(3), 5), 38);
+  EXPECT_EQ(v.eval(max(hp("f"), c(1)), 1), 2);  // 2.9 truncates to 2
+  EXPECT_EQ(v.eval(c(-7) / hp("a"), 1), -1);
+  EXPECT_THROW(v.eval(hp("later"), 1), ops::DimError);   // not resolved yet
+  EXPECT_THROW(v.eval(hp("nobody"), 1), ops::DimError);  // no such hparam
+  EXPECT_THROW(v.eval(c(1) / (hp("a") - c(7)), 1), ops::DimError);
+  values[2] = 1e300;  // kept by reference; not an int64
+  EXPECT_THROW(v.eval(hp("later"), 1), ops::DimError);
+  values[2] = 4;
+  EXPECT_EQ(v.eval(hp("later") % c(3), 1), 1);
 }
 
 TEST(Names, Enums) {
@@ -86,18 +79,18 @@ TEST(Serialize, Qwen2ProgramParsesWithTheExpectedStructure) {
 
   // Qwen2.5-0.5B sizes: every buffer offset is 64-byte aligned for any N and
   // buffers do not overlap the arena end.
-  std::vector<double> hp(p.hparams.size(), 0.0);
   std::vector<double> values = {151936, 32768, 896, 24, 4864, 14, 2, 1e6, 1e-6, 64, 128};
-  for (size_t i = 0; i < hp.size(); ++i) hp[i] = values[i];
+  ASSERT_EQ(values.size(), p.hparams.size());
+  HParamValues hv(p.hparams, values);
   for (int64_t n : {1, 7, 512}) {
-    int64_t arena = p.arena_bytes.eval(hp, n);
+    int64_t arena = hv.eval(p.arena_bytes, n);
     for (const Buffer& b : p.buffers) {
-      int64_t off = b.offset.eval(hp, n);
+      int64_t off = hv.eval(b.offset, n);
       EXPECT_EQ(off % 64, 0) << b.name;
       EXPECT_LE(off, arena) << b.name;
     }
   }
-  EXPECT_EQ(p.hparams[9].derived->eval(hp, 1), 64);
+  EXPECT_EQ(hv.eval(*p.hparams[9].derived, 1), 64);
 }
 
 TEST(Serialize, RoundTripIsExact) {
@@ -107,47 +100,57 @@ TEST(Serialize, RoundTripIsExact) {
   EXPECT_EQ(serialize(again), once);
 }
 
-TEST(Serialize, OddNamesRoundTripThroughIndices) {
+TEST(Serialize, OddNamesRoundTripThroughIndicesAndSizesNameHParams) {
   Program p;
   p.arch = "we\"ird\n\tarch";
   p.hparams.push_back(HParam{"dup", "k.a", HParam::Kind::Int, true, std::nullopt, std::nullopt, 1.0, 2.5});
-  p.hparams.push_back(HParam{"dup", "", HParam::Kind::Float, false, 0.1, Expr::hparam(0), std::nullopt,
-                             std::nullopt});
+  p.hparams.push_back(HParam{"dup", "", HParam::Kind::Float, false, 0.1, std::nullopt, std::nullopt, std::nullopt});
   p.hparams.push_back(HParam{"has space", "k.b", HParam::Kind::Int, false, 3.0, std::nullopt, std::nullopt,
                              std::nullopt});
-  p.buffers.push_back(Buffer{"N", DType::F32, Expr::tokens(), Expr::hparam(2), Expr::constant(0)});
-  p.weights.push_back(Weight{"w", "blk.{i}.w", true, {DType::Q8_0, DType::F32},
-                             {Expr::hparam(0), max(Expr::hparam(1), Expr::constant(-9))}, "fb"});
+  p.hparams.push_back(HParam{"n", "k.n", HParam::Kind::Int, true, std::nullopt, std::nullopt, std::nullopt,
+                             std::nullopt});
+  p.hparams.push_back(HParam{"m", "", HParam::Kind::Int, false, std::nullopt, hp("n") * c(2), std::nullopt,
+                             std::nullopt});
+  p.buffers.push_back(Buffer{"N", DType::F32, Dim::tokens(), hp("m") + hp("n"), c(0)});
+  p.weights.push_back(Weight{"w", "blk.{i}.w", true, {DType::Q8_0, DType::F32}, {hp("n"), max(hp("m"), c(-9))}, "fb"});
   p.tokens_buffer = 0;
-  p.n_layers = Expr::hparam(0) % Expr::constant(3);
+  p.n_layers = hp("n") % c(3);
   Op op;
   op.kind = OpKind::Mul;
-  op.inputs = {View{0, Expr::constant(1), Expr::constant(2)}, View{}};
+  op.inputs = {View{0, c(1), hp("n") - c(1)}, View{}};
   op.weights = {0};
+  op.eps_hparam = 1;  // an ambiguous name: referred to by index
   op.line = 12;
   p.post.push_back(op);
   std::string text = serialize(p);
+  EXPECT_NE(text.find(" in=\"#0[1:n - 1]|_\""), std::string::npos) << text;  // sizes with blanks are quoted
   Program back = deserialize(text);
   EXPECT_EQ(back.arch, p.arch);
-  EXPECT_EQ(back.hparams[1].derived->terms.size(), 1u);
-  EXPECT_EQ(back.hparams[1].derived->terms[0].value, 0);
+  ASSERT_TRUE(back.hparams[4].derived.has_value());
+  EXPECT_TRUE(*back.hparams[4].derived == hp("n") * c(2));
+  EXPECT_TRUE(back.weights[0].shape[1] == max(hp("m"), c(-9)));
   EXPECT_EQ(back.hparams[0].max_value, 2.5);
   ASSERT_EQ(back.post.size(), 1u);
   EXPECT_EQ(back.post[0].inputs.size(), 2u);
+  EXPECT_TRUE(back.post[0].inputs[0].cols == hp("n") - c(1));
   EXPECT_EQ(back.post[0].inputs[1].buffer, -1);
+  EXPECT_EQ(back.post[0].eps_hparam, 1);
   EXPECT_EQ(back.post[0].line, 12);
   EXPECT_EQ(serialize(back), text);
+  // A size cannot name an hparam that its name does not pick out.
+  p.n_layers = hp("dup");
+  EXPECT_THROW(serialize(p), std::invalid_argument);
 }
 
 TEST(Serialize, SoftmaxOpRoundTrips) {
   Program p;
   p.arch = "a";
-  p.buffers.push_back(Buffer{"x", DType::F32, Expr::tokens(), Expr::constant(5), Expr::constant(0)});
-  p.buffers.push_back(Buffer{"y", DType::F32, Expr::tokens(), Expr::constant(5), Expr::constant(64)});
+  p.buffers.push_back(Buffer{"x", DType::F32, Dim::tokens(), c(5), c(0)});
+  p.buffers.push_back(Buffer{"y", DType::F32, Dim::tokens(), c(5), c(64)});
   Op op;
   op.kind = OpKind::Softmax;
-  op.inputs = {View{0, Expr::constant(0), Expr::constant(5)}};
-  op.output = View{1, Expr::constant(0), Expr::constant(5)};
+  op.inputs = {View{0, c(0), c(5)}};
+  op.output = View{1, c(0), c(5)};
   op.line = 3;
   p.post.push_back(op);
   std::string text = serialize(p);
@@ -167,12 +170,13 @@ struct Malformed {
 };
 
 TEST(Deserialize, RejectsMalformedInputNamingTheLine) {
-  const std::string head = "lumen-program 2\nprogram arch=\"a\" source=\"s\" tokens=_ logits=_ n_layers=1 "
+  const std::string head = "lumen-program 3\nprogram arch=\"a\" source=\"s\" tokens=_ logits=_ n_layers=1 "
                            "n_ctx_train=1 kv_dim=1 arena_bytes=1\n";
   std::vector<Malformed> cases = {
       {"", "header"},
       {"lumen-program 1\n", "line 1: expected the header"},  // version 1 had tile_m, tile_n, optional
-      {"lumen-program 2\n", "missing the 'program' record"},
+      {"lumen-program 2\n", "line 1: expected the header"},  // version 2 had sizes fully parenthesized, by index
+      {"lumen-program 3\n", "missing the 'program' record"},
       {head + "bogus x=1\n", "line 3: unknown record 'bogus'"},
       {head + "hparam name=\"a\" key=\"\" kind=int required=1 default=_ derived=_ min=_\n",
        "line 3: missing field 'max'"},
@@ -183,6 +187,8 @@ TEST(Deserialize, RejectsMalformedInputNamingTheLine) {
       {head + "check lhs=(1+ cmp=eq rhs=0 message=\"m\"\n", "line 3: in expression"},
       {head + "check lhs=((((1 cmp=eq rhs=0 message=\"m\"\n", "expected ')'"},
       {head + "check lhs=foo cmp=eq rhs=0 message=\"m\"\n", "line 3: unknown hparam 'foo'"},
+      {head + "check lhs=\"2 * (1\" cmp=eq rhs=0 message=\"m\"\n", "line 3: in expression '2 * (1' of 'lhs': expected ')'"},
+      {head + "check lhs=#0 cmp=eq rhs=0 message=\"m\"\n", "line 3: in expression '#0'"},
       {head + "check lhs=1 cmp=approx rhs=0 message=\"m\"\n", "unknown comparison"},
       {head + "check lhs=99999999999999999999 cmp=eq rhs=0 message=\"m\"\n", "out of range"},
       {head + "check lhs=1 cmp=eq rhs=0 message=\"unterminated\n", "unterminated string"},
@@ -208,7 +214,7 @@ TEST(Deserialize, RejectsMalformedInputNamingTheLine) {
       {head + head.substr(16), "a second 'program' record"},
       {head + "hparam key=\"k\"\n", "missing field 'name'"},
   };
-  std::string deep = "lumen-program 2\nprogram arch=\"a\" source=\"s\" tokens=_ logits=_ n_layers=" +
+  std::string deep = "lumen-program 3\nprogram arch=\"a\" source=\"s\" tokens=_ logits=_ n_layers=" +
                      std::string(5000, '(') + "1" + std::string(5000, ')') +
                      " n_ctx_train=1 kv_dim=1 arena_bytes=1\n";
   cases.push_back({deep, "nested too deeply"});

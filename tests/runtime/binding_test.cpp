@@ -295,7 +295,7 @@ TEST_F(Binding, CpuFeatureRefusalNamesTheFeature) {
 
 TEST_F(Binding, MalformedProgramsFailAtLoad) {
   program::Program p = testing::qwen2_program(best_isa(cpu_features()));
-  p.buffers[2].offset = program::Expr::constant(3);  // misaligned
+  p.buffers[2].offset = program::Dim::constant(3);  // misaligned
   auto model = testing::in_process_model(p, best_isa(cpu_features()));
   try {
     Session s(model, synth_gguf("good"));

@@ -90,15 +90,15 @@ TEST(Softmax, RunsAsAProgramOpInASession) {
   // The same program with a Softmax after the logits, into a buffer appended to the arena.
   program::Program with_softmax = plain;
   const program::Buffer& logits = plain.buffers.at(static_cast<size_t>(plain.logits_buffer));
-  using program::Expr;
-  program::Buffer probs{"probs", program::DType::F32, Expr::constant(1), logits.cols,
-                        (plain.arena_bytes + Expr::constant(63)) / Expr::constant(64) * Expr::constant(64)};
-  with_softmax.arena_bytes = probs.offset + logits.cols * Expr::constant(4);
+  using program::Dim;
+  program::Buffer probs{"probs", program::DType::F32, Dim::constant(1), logits.cols,
+                        lumen::ops::align_up(plain.arena_bytes, 64)};
+  with_softmax.arena_bytes = probs.offset + logits.cols * Dim::constant(4);
   with_softmax.buffers.push_back(probs);
   program::Op op;
   op.kind = program::OpKind::Softmax;
-  op.inputs = {program::View{plain.logits_buffer, Expr::constant(0), logits.cols}};
-  op.output = program::View{static_cast<int>(with_softmax.buffers.size() - 1), Expr::constant(0), logits.cols};
+  op.inputs = {program::View{plain.logits_buffer, Dim::constant(0), logits.cols}};
+  op.output = program::View{static_cast<int>(with_softmax.buffers.size() - 1), Dim::constant(0), logits.cols};
   with_softmax.post.push_back(op);
   with_softmax.logits_buffer = op.output.buffer;
   // Through the text form, as model.so carries it.

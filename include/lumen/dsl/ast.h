@@ -382,6 +382,12 @@ std::string to_string(const TensorType& t);
 std::string to_string(const ExprType& t);
 std::string to_string(const Dim& d);
 
+// The size an integer expression denotes, in the one language of sizes
+// (ops/dim.h): integer literals, int params, N, + - * / %, unary -, min, max.
+// nullopt for anything else, with *bad (when given) the first subexpression
+// that is none of these.
+std::optional<ops::Dim> to_dim(const Expr& e, const Expr** bad = nullptr);
+
 // A stable, indented text dump of the whole module (with sema types when
 // set), for tests and `lumenc --emit=ast`.
 std::string dump(const Module& m);

@@ -3,7 +3,7 @@
 //
 // A Module holds the model's params (bound to GGUF metadata), checks,
 // weights (bound to GGUF tensors) and one function, `forward`. Values are in
-// SSA form and carry a dtype and a symbolic shape (ir/dim.h). The function is
+// SSA form and carry a dtype and a symbolic shape (dims: ops/dim.h). The function is
 // a straight line of ops, then at most one layer loop (a region run n_layer
 // times whose block arguments carry values, the residual stream, from one
 // iteration to the next), then another straight line of ops. That fixed
@@ -20,9 +20,12 @@
 #include <variant>
 #include <vector>
 
-#include "lumen/ir/dim.h"
+#include "lumen/ops/dim.h"
 
 namespace lumen::ir {
+
+// The IR's dims are the one language of sizes, with params by name.
+using ops::Dim;
 
 // ------------------------------------------------------------------ types
 enum class DType : uint8_t { F32, F16, Q8_0, ActQ8, I32 };

@@ -18,7 +18,7 @@ class OpTypes {
   explicit OpTypes(const Module& m);
 
   ops::SymDim sym(const Dim& d) const;
-  ops::ShapeDim shape_dim(const Dim& d) const { return {sym(d), d.str()}; }
+  ops::ShapeDim shape_dim(const Dim& d) const { return {d, sym(d)}; }
   ops::TensorType type(const Type& t) const;  // t.known
   Type to_ir(const ops::TensorType& t) const;
   bool equal(const Type& a, const Type& b) const;  // both known

@@ -27,7 +27,5 @@ namespace lumen::ir {
 std::string print_module(const Module& m);
 // Throws IrError("line L: message") on malformed text.
 Module parse_module(std::string_view text);
-// A dimension expression alone, as Dim::str() prints it.
-Dim parse_dim(std::string_view text);
 
 }  // namespace lumen::ir

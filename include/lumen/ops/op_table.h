@@ -25,11 +25,13 @@ namespace lumen::ops {
 enum class DType : uint8_t { F32, F16, Q8_0, ActQ8, I32 };
 const char* to_string(DType t);  // "f32", "f16", "q8_0", "act_q8", "i32"
 
-// One dim of a tensor type: the canonical form and the text to show.
+// One dim of a tensor type: the expression (what a result type carries on)
+// and its canonical form (what equality compares).
 struct ShapeDim {
+  Dim dim;
   SymDim sym;
-  std::string text;
-  static ShapeDim of(int64_t value) { return {SymDim::constant(value), std::to_string(value)}; }
+  std::string text() const { return dim.str(); }
+  static ShapeDim of(int64_t value) { return {Dim::constant(value), SymDim::constant(value)}; }
 };
 
 struct TensorType {
@@ -84,7 +86,7 @@ struct OpCall {
   std::string epilogue = "none";
   std::vector<TensorType> biases;
   std::optional<TensorType> residual;
-  SymDim tokens = SymDim::tokens();  // N: the runtime passes the batch size
+  ShapeDim tokens = {Dim::tokens(), SymDim::tokens()};  // N: the runtime passes the batch size
   const DimFacts* facts = nullptr;   // required
 };
 

@@ -1,8 +1,8 @@
 // The one definition of dimension equality, shared by sema, the IR verifier,
-// shape inference and the runtime's binding check.
+// shape inference and the runtime's binding check: an analysis of the one
+// language of sizes (ops/dim.h), not a language of its own.
 //
-// A SymDim is a size expression over the params and N in canonical form: a
-// Laurent polynomial with rational coefficients over atoms (a param name, N,
+// A SymDim is the canonical form of a Dim (SymDim::of): a Laurent polynomial with rational coefficients over atoms (a param name, N,
 // or an opaque term such as min(a, b) or a non-monomial division). Two forms
 // are kept:
 //   exact - `a / b` by a single term b is a * b^-1, valid when b divides a;
@@ -20,6 +20,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "lumen/ops/dim.h"
 
 namespace lumen::ops {
 
@@ -62,6 +64,9 @@ class Poly {
 class SymDim {
  public:
   SymDim() = default;  // the constant 0
+  // The canonical form of `d`, a param that is a let (a key of `lets`)
+  // replaced by its definition's canonical form.
+  static SymDim of(const Dim& d, const std::map<std::string, SymDim>& lets = {});
   static SymDim constant(int64_t value);
   static SymDim param(const std::string& name);
   static SymDim tokens();  // N

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -16,38 +17,14 @@
 #include <string_view>
 #include <vector>
 
+#include "lumen/ops/dim.h"
 #include "lumen/target/isa.h"
 
 namespace lumen::program {
 
 // ---------------------------------------------------------------- expressions
-enum class ExprOp : uint8_t { Const, HParam, Tokens, Add, Sub, Mul, Div, Mod, Min, Max };
-struct ExprTerm {
-  ExprOp op = ExprOp::Const;
-  int64_t value = 0;  // the constant, or the hparam index
-};
-// Postfix (RPN) integer expression. Division is floor division; evaluation
-// throws EvalError on division by zero or overflow.
-struct Expr {
-  std::vector<ExprTerm> terms;
-
-  static Expr constant(int64_t v);
-  static Expr hparam(int index);
-  static Expr tokens();
-  // `hparams` are the resolved values (floats are truncated when used here).
-  int64_t eval(std::span<const double> hparams, int64_t n_tokens) const;
-  std::string str(std::span<const std::string> hparam_names) const;  // infix, for dumps
-};
-Expr operator+(Expr a, const Expr& b);
-Expr operator-(Expr a, const Expr& b);
-Expr operator*(Expr a, const Expr& b);
-Expr operator/(Expr a, const Expr& b);
-Expr operator%(Expr a, const Expr& b);
-Expr max(Expr a, const Expr& b);
-
-struct EvalError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+// Sizes are the one language of sizes (ops/dim.h), with hparams by name.
+using ops::Dim;
 
 // ------------------------------------------------------------ model interface
 enum class DType : uint8_t {
@@ -67,14 +44,29 @@ struct HParam {
   Kind kind = Kind::Int;
   bool required = true;   // the key must be present (when no default and no derived)
   std::optional<double> default_value;  // used when the key is absent
-  std::optional<Expr> derived;          // computed from earlier hparams when the key is absent
+  std::optional<Dim> derived;           // computed from earlier hparams when the key is absent
   std::optional<double> min_value, max_value;  // range the loader enforces
+};
+
+// The resolved hparam values by name, to evaluate the program's dims.
+class HParamValues {
+ public:
+  // `values` in program order (as resolved so far: NaN for not yet), kept by
+  // reference; floats are truncated toward zero where a dim uses them.
+  HParamValues(const std::vector<HParam>& hparams, std::span<const double> values);
+  // Throws ops::DimError on division by zero or overflow, or when `d` uses an
+  // hparam with no value (unknown, not resolved yet, not an integer).
+  int64_t eval(const Dim& d, int64_t n_tokens) const;
+
+ private:
+  std::map<std::string, size_t, std::less<>> index_;
+  std::span<const double> values_;
 };
 
 // A check on the resolved hparams: lhs <cmp> rhs, else `message`.
 struct Check {
   enum class Cmp : uint8_t { Eq, Ne, Lt, Le, Gt, Ge };
-  Expr lhs, rhs;
+  Dim lhs, rhs;
   Cmp cmp = Cmp::Eq;
   std::string message;
 };
@@ -84,7 +76,7 @@ struct Weight {
   std::string gguf_name;   // "blk.{i}.attn_q.weight": {i} is the layer index
   bool per_layer = false;
   std::vector<DType> dtypes;   // accepted dtypes (Q8_0 for matmuls; F32 for norms and biases)
-  std::vector<Expr> shape;     // ggml order: shape[0] is the row length
+  std::vector<Dim> shape;      // ggml order: shape[0] is the row length
   std::string fallback;        // gguf name used when gguf_name is absent ("token_embd.weight")
   bool optional = false;       // may be absent: bound to null, and the ops taking it do without
 };
@@ -96,16 +88,16 @@ struct Weight {
 struct Buffer {
   std::string name;
   DType dtype = DType::F32;
-  Expr rows;     // usually N; 1 for last-token values
-  Expr cols;     // elements per row (for ActQ8: the logical K, a multiple of 32)
-  Expr offset;   // bytes into the arena, 64-byte aligned for every N
+  Dim rows;     // usually N; 1 for last-token values
+  Dim cols;     // elements per row (for ActQ8: the logical K, a multiple of 32)
+  Dim offset;   // bytes into the arena, 64-byte aligned for every N
 };
 
 // A column range of a buffer (all rows).
 struct View {
   int buffer = -1;
-  Expr col_offset;  // in elements
-  Expr cols;
+  Dim col_offset;  // in elements
+  Dim cols;
 };
 
 // --------------------------------------------------------------------- ops
@@ -222,19 +214,20 @@ struct Op {
   int eps_hparam = -1;       // RmsNorm*: index of the epsilon hparam
   RopeMode rope_mode = RopeMode::Neox;
   int rope_base_hparam = -1; // Rope: index of freq_base
-  Expr n_heads;              // Rope: heads in the view; Attention: query heads
-  Expr n_heads_kv;           // Attention
-  Expr head_dim;             // Rope (rotated dims = head_dim), Attention
+  // Sizes; absent where the op has none.
+  std::optional<Dim> n_heads;     // Rope: heads in the view; Attention: query heads; RmsNorm*: per-head groups
+  std::optional<Dim> n_heads_kv;  // Attention
+  std::optional<Dim> head_dim;    // Rope (rotated dims = head_dim), Attention
   // Attention only:
   int attn_scale_hparam = -1;    // the score scale; -1: 1/sqrt(attn_scale_rsqrt), else 1/sqrt(head_dim)
-  Expr attn_scale_rsqrt;
+  std::optional<Dim> attn_scale_rsqrt;
   int attn_softcap_hparam = -1;  // logit soft-capping softcap*tanh(s/softcap); -1: none
-  Expr window;                   // sliding window in positions; empty: none
-  Expr window_pattern;           // layer l has the window iff pattern == 0 || l % pattern < pattern - 1
-                                 // (llama.cpp's swa pattern); empty: every layer
+  std::optional<Dim> window;          // sliding window in positions; absent: none
+  std::optional<Dim> window_pattern;  // layer l has the window iff pattern == 0 || l % pattern < pattern - 1
+                                      // (llama.cpp's swa pattern); absent: every layer
   // Scale, Softcap: the scalar (an hparam, or for Scale the square root of a size).
   int scalar_hparam = -1;
-  Expr scalar_sqrt;
+  std::optional<Dim> scalar_sqrt;
   int line = 0;              // DSL source line that produced the op (for profiles)
 };
 
@@ -257,13 +250,13 @@ struct Program {
   std::vector<Buffer> buffers;
   int tokens_buffer = -1;    // I32 [N, 1]: input token ids (filled by the runtime)
   int logits_buffer = -1;    // F32 [1, vocab]: output of the last op
-  Expr n_layers;             // trip count of the layer loop
-  Expr n_ctx_train;          // context length from the file (upper bound for --ctx)
-  Expr kv_dim;               // K (and V) row width per layer in the cache
+  Dim n_layers;              // trip count of the layer loop
+  Dim n_ctx_train;           // context length from the file (upper bound for --ctx)
+  Dim kv_dim;                // K (and V) row width per layer in the cache
   std::vector<Op> pre;       // ops before the layer loop
   std::vector<Op> layer;     // ops run once per layer (weights indexed by layer)
   std::vector<Op> post;      // ops after the loop
-  Expr arena_bytes;          // total arena size for N tokens
+  Dim arena_bytes;           // total arena size for N tokens
 
   const std::vector<Op>& ops(Section s) const { return s == Section::Pre ? pre : s == Section::Layer ? layer : post; }
 };
