@@ -44,7 +44,7 @@ void compile(const lumen::dsl::ast::Module& ast, std::string_view source) {
   std::set<std::string> done;
   for (const auto* ops : {&program.pre, &program.layer, &program.post})
     for (const lumen::program::Op& op : *ops) {
-      if (op.kind != lumen::program::OpKind::MatMul) continue;
+      if (op.kind != lumen::ops::OpId::MatMul) continue;
       for (const lumen::program::KernelId& kernel : op.schedule.kernels())
         for (lumen::Isa isa : {lumen::Isa::Avx512Vnni, lumen::Isa::Avx512, lumen::Isa::Avx2}) {
           if (!done.insert(to_string(kernel) + "/" + to_string(isa)).second) continue;

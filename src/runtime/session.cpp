@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "lumen/common/internal_error.h"
 #include "lumen/common/numeric.h"
 #include "lumen/ops/op_table.h"
 #include "lumen/runtime/binding.h"
@@ -29,21 +30,16 @@ namespace {
 using program::DType;
 using program::Epilogue;
 using program::Op;
-using program::OpKind;
+using ::lumen::ops::OpId;
 using program::Section;
 using ops::kMaxHeadDim;
 
-// Bytes of one row of `cols` elements.
-int64_t row_bytes(DType d, int64_t cols) {
-  switch (d) {
-    case DType::F32:
-    case DType::I32: return 4 * cols;
-    case DType::F16: return 2 * cols;
-    case DType::Q8_0: return cols / kQ8Block * static_cast<int64_t>(sizeof(BlockQ8_0));
-    case DType::ActQ8: return cols / kQ8Block * static_cast<int64_t>(sizeof(ActBlock));
-  }
-  return 0;
-}
+// Rows are sized by the type list's blocks; these are the blocks the kernels read.
+using ::lumen::ops::row_bytes;
+static_assert(::lumen::ops::row(DType::Q8_0).block_bytes == sizeof(BlockQ8_0) &&
+              ::lumen::ops::row(DType::Q8_0).block_elems == kQ8Block);
+static_assert(::lumen::ops::row(DType::ActQ8).block_bytes == sizeof(ActBlock) &&
+              ::lumen::ops::row(DType::ActQ8).block_elems == kQ8Block);
 
 // A view resolved for one batch size: where its rows are in the arena.
 struct RView {
@@ -98,7 +94,7 @@ struct SeqRun {
 struct PostTemplate {
   bool batchable = false;
   std::vector<ROp> ops;
-  std::vector<std::vector<bool>> side_in;  // per op and input: a side buffer (else TakeLast's source)
+  std::vector<std::vector<bool>> side_in;  // per op and input: a side buffer (else Last's source)
   std::vector<bool> side_out, side_residual;
   RView logits;
 };
@@ -265,21 +261,21 @@ const Plan& Session::Impl::plan_for(int64_t n) {
       if (op.residual.buffer >= 0) r.residual = resolve(op.residual, "a residual");
       auto hparam_value = [&](int index, const char* what) {
         if (index < 0 || index >= static_cast<int>(bound.hparams.size()))
-          throw LoadError(std::string("program: ") + program::to_string(op.kind) + " has no " + what + " hparam");
+          throw LoadError(std::string("program: ") + ::lumen::ops::id_name(op.kind) + " has no " + what + " hparam");
         return static_cast<float>(bound.hparams[static_cast<size_t>(index)]);
       };
-      if (op.kind == OpKind::RmsNorm || op.kind == OpKind::RmsNormQuant) r.eps = hparam_value(op.eps_hparam, "eps");
-      if (op.kind == OpKind::Rope) r.rope_base = hparam_value(op.rope_base_hparam, "rope base");
-      if (op.kind == OpKind::Rope || op.kind == OpKind::Attention) {
+      if (op.kind == OpId::RmsNorm || op.kind == OpId::RmsNormQuant) r.eps = hparam_value(op.eps_hparam, "eps");
+      if (op.kind == OpId::Rope) r.rope_base = hparam_value(op.rope_base_hparam, "rope base");
+      if (op.kind == OpId::Rope || op.kind == OpId::Attention) {
         r.n_heads = eval(op.n_heads, "n_heads");
         r.head_dim = eval(op.head_dim, "head_dim");
       }
-      if (op.kind == OpKind::RmsNorm || op.kind == OpKind::RmsNormQuant) {
+      if (op.kind == OpId::RmsNorm || op.kind == OpId::RmsNormQuant) {
         // Per head when n_heads is given: groups of cols / n_heads.
         r.n_heads = op.n_heads.terms.empty() ? 1 : eval(op.n_heads, "n_heads");
         r.head_dim = r.n_heads >= 1 && !r.in.empty() ? r.in[0].cols / r.n_heads : 0;
       }
-      if (op.kind == OpKind::Attention) {
+      if (op.kind == OpId::Attention) {
         r.n_heads_kv = eval(op.n_heads_kv, "n_heads_kv");
         const int64_t scale_dim = op.attn_scale_rsqrt.terms.empty() ? r.head_dim : eval(op.attn_scale_rsqrt, "the scale");
         r.attn_scale = op.attn_scale_hparam >= 0 ? hparam_value(op.attn_scale_hparam, "attention scale")
@@ -289,13 +285,13 @@ const Plan& Session::Impl::plan_for(int64_t n) {
         r.window_pattern = op.window_pattern.terms.empty() ? 0 : eval(op.window_pattern, "the window pattern");
         r.kv_slot = kv_slots++;
       }
-      if (op.kind == OpKind::Scale)
+      if (op.kind == OpId::Scale)
         r.scalar = op.scalar_sqrt.terms.empty() ? hparam_value(op.scalar_hparam, "scale factor")
                                                 : std::sqrt(static_cast<float>(eval(op.scalar_sqrt, "the scale factor")));
-      if (op.kind == OpKind::Softcap) r.scalar = hparam_value(op.scalar_hparam, "cap");
-      r.profile_key = program::to_string(op.kind);
-      // The rows this matmul sees decide the kernel: after TakeLast it is one.
-      if (op.kind == OpKind::MatMul) choose_kernel(r, s, i, r.in.size() == 1 ? r.in[0].rows : 0);
+      if (op.kind == OpId::Softcap) r.scalar = hparam_value(op.scalar_hparam, "cap");
+      r.profile_key = ::lumen::ops::id_name(op.kind);
+      // The rows this matmul sees decide the kernel: after Last it is one.
+      if (op.kind == OpId::MatMul) choose_kernel(r, s, i, r.in.size() == 1 ? r.in[0].rows : 0);
       check_op(r, s, i, n);
       plan.sections[s].push_back(std::move(r));
     }
@@ -333,16 +329,16 @@ void Session::Impl::choose_kernel(ROp& r, Section s, size_t i, int64_t rows) con
   r.tokens_per_task = std::max<int64_t>(1, op.schedule.tokens_per_task);
 }
 
-// The post section on gathered rows: batchable when it starts with TakeLast
+// The post section on gathered rows: batchable when it starts with Last
 // and every other view is a buffer written inside the post section (the usual
 // final norm and output head). Those buffers move to a side arena of
-// post_rows rows, so the arena's layout (one row after TakeLast) is untouched.
+// post_rows rows, so the arena's layout (one row after Last) is untouched.
 void Session::Impl::build_post_template() {
   const program::Program& p = program();
   const Plan& one = plan_for(1);
   PostTemplate t;
   const std::vector<ROp>& ops = one.sections.post;
-  if (ops.empty() || ops[0].op->kind != OpKind::TakeLast) return;
+  if (ops.empty() || ops[0].op->kind != OpId::Last) return;
   std::vector<bool> written(p.buffers.size(), false);
   for (const ROp& r : ops)
     if (r.out.buffer >= 0) written[static_cast<size_t>(r.out.buffer)] = true;
@@ -384,7 +380,7 @@ void Session::Impl::build_post_template() {
       if (i != 0 || j != 0) r.in[j] = move(r.in[j]);
     if (r.out.buffer >= 0) r.out = move(r.out);
     if (r.residual.buffer >= 0) r.residual = move(r.residual);
-    if (r.op->kind == OpKind::MatMul) {
+    if (r.op->kind == OpId::MatMul) {
       if (model->kernels.count(r.op->schedule.prefill_kernel) == 0) return;
       for (const PackedMatMul& mm : bound.matmuls[Section::Post][i])
         if (mm.k != r.in[0].cols || mm.rows != r.out.cols) return;
@@ -407,7 +403,7 @@ const std::vector<ROp>& Session::Impl::post_plan_for(int64_t k) {
       if (i != 0 || j != 0) r.in[j].rows = k;
     if (r.out.buffer >= 0) r.out.rows = k;
     if (r.residual.buffer >= 0) r.residual.rows = k;
-    if (r.op->kind == OpKind::MatMul) choose_kernel(r, Section::Post, i, k);
+    if (r.op->kind == OpId::MatMul) choose_kernel(r, Section::Post, i, k);
   }
   return post_plans.emplace(k, std::move(ops)).first->second;
 }
@@ -417,44 +413,9 @@ namespace {
 
 namespace op_table = ::lumen::ops;  // (runtime/ops.h is the runtime's own lumen::runtime::ops)
 
-// The op table's entry for a program op (TakeLast is the table's `last`).
-const op_table::OpInfo& table_entry(OpKind kind) {
-  op_table::OpId id = op_table::OpId::Embed;
-  switch (kind) {
-    case OpKind::Embed: id = op_table::OpId::Embed; break;
-    case OpKind::RmsNorm: id = op_table::OpId::RmsNorm; break;
-    case OpKind::RmsNormQuant: id = op_table::OpId::RmsNormQuant; break;
-    case OpKind::Quantize: id = op_table::OpId::Quantize; break;
-    case OpKind::MatMul: id = op_table::OpId::MatMul; break;
-    case OpKind::Rope: id = op_table::OpId::Rope; break;
-    case OpKind::Attention: id = op_table::OpId::Attention; break;
-    case OpKind::Add: id = op_table::OpId::Add; break;
-    case OpKind::Mul: id = op_table::OpId::Mul; break;
-    case OpKind::Silu: id = op_table::OpId::Silu; break;
-    case OpKind::SiluMul: id = op_table::OpId::SiluMul; break;
-    case OpKind::TakeLast: id = op_table::OpId::Last; break;
-    case OpKind::Softmax: id = op_table::OpId::Softmax; break;
-    case OpKind::Scale: id = op_table::OpId::Scale; break;
-    case OpKind::Gelu: id = op_table::OpId::Gelu; break;
-    case OpKind::Softcap: id = op_table::OpId::Softcap; break;
-  }
-  return op_table::op_info(id);
-}
-
-op_table::DType table_dtype(DType d) {
-  switch (d) {
-    case DType::F32: return op_table::DType::F32;
-    case DType::F16: return op_table::DType::F16;
-    case DType::Q8_0: return op_table::DType::Q8_0;
-    case DType::ActQ8: return op_table::DType::ActQ8;
-    case DType::I32: return op_table::DType::I32;
-  }
-  return op_table::DType::F32;
-}
-
 // A resolved view as the table sees it: [rows, cols], or [rows] for token ids.
 op_table::TensorType table_type(const RView& v) {
-  op_table::TensorType t{table_dtype(v.dtype), {op_table::ShapeDim::of(v.rows)}};
+  op_table::TensorType t{v.dtype, {op_table::ShapeDim::of(v.rows)}};
   if (v.dtype != DType::I32) t.shape.push_back(op_table::ShapeDim::of(v.cols));
   return t;
 }
@@ -462,9 +423,8 @@ op_table::TensorType table_type(const RView& v) {
 // A bound GGUF tensor as the table sees it: DSL order [rows, row_length].
 op_table::TensorType table_type(const gguf::TensorInfo& t) {
   op_table::TensorType out;
-  out.dtype = t.type == gguf::TensorType::F32   ? op_table::DType::F32
-              : t.type == gguf::TensorType::F16 ? op_table::DType::F16
-                                                : op_table::DType::Q8_0;
+  // Binding accepted only the weight's listed types, so the list has this one.
+  out.dtype = *op_table::dtype_of_ggml(static_cast<uint32_t>(t.type));
   for (auto it = t.ne.rbegin(); it != t.ne.rend(); ++it) out.shape.push_back(op_table::ShapeDim::of(*it));
   return out;
 }
@@ -480,13 +440,13 @@ void Session::Impl::check_op(const ROp& r, Section section, size_t index, int64_
   auto need = [&](bool ok, const std::string& what) {
     if (!ok)
       throw LoadError(std::string("program: ") + to_string(section) + " op " + std::to_string(index) + " (" +
-                      program::to_string(op.kind) + "): " + what);
+                      op_table::id_name(op.kind) + "): " + what);
   };
-  const op_table::OpInfo& info = table_entry(op.kind);
+  const op_table::OpInfo& info = op_table::op_info(op.kind);
   static const op_table::DimFacts no_facts;  // constants compare by value
   const int64_t layers = section == Section::Layer ? bound.n_layers : 1;
   for (const RView& v : r.in) need(v.buffer >= 0, "an input has no buffer");
-  need(r.out.buffer >= 0 || op.kind == OpKind::Rope, "the output has no buffer");
+  need(r.out.buffer >= 0 || op.kind == OpId::Rope, "the output has no buffer");
   for (int64_t l = 0; l < layers; ++l) {
     op_table::OpCall call;
     call.facts = &no_facts;
@@ -514,16 +474,16 @@ void Session::Impl::check_op(const ROp& r, Section section, size_t index, int64_
     }
     while (next_in < r.in.size()) take(false);
     while (next_w < op.weights.size()) take(true);
-    if (op.kind == OpKind::Rope || op.kind == OpKind::Attention) {
+    if (op.kind == OpId::Rope || op.kind == OpId::Attention) {
       call.sizes["heads"] = op_table::ShapeDim::of(r.n_heads);
       call.sizes["dim"] = op_table::ShapeDim::of(r.head_dim);
     }
-    if (op.kind == OpKind::Attention) call.sizes["kv_heads"] = op_table::ShapeDim::of(r.n_heads_kv);
-    if ((op.kind == OpKind::RmsNorm || op.kind == OpKind::RmsNormQuant) && !op.n_heads.terms.empty())
+    if (op.kind == OpId::Attention) call.sizes["kv_heads"] = op_table::ShapeDim::of(r.n_heads_kv);
+    if ((op.kind == OpId::RmsNorm || op.kind == OpId::RmsNormQuant) && !op.n_heads.terms.empty())
       call.sizes["heads"] = op_table::ShapeDim::of(r.n_heads);
-    if (op.kind == OpKind::Rope) call.choices["mode"] = op.rope_mode == program::RopeMode::Normal ? "normal" : "neox";
-    if (op.kind == OpKind::MatMul) {
-      call.epilogue = program::to_string(op.epilogue);
+    if (op.kind == OpId::Rope) call.choices["mode"] = op.rope_mode == program::RopeMode::Normal ? "normal" : "neox";
+    if (op.kind == OpId::MatMul) {
+      call.epilogue = op.epilogue;
       for (int b : op.biases) {
         const gguf::TensorInfo* t = tensor(b, l);
         need(t != nullptr, "a bias is not bound");
@@ -538,26 +498,26 @@ void Session::Impl::check_op(const ROp& r, Section section, size_t index, int64_
          "the output is " + table_type(out).str() + " but the inputs give " + v.result->str());
   }
   switch (op.kind) {
-    case OpKind::Embed:
+    case OpId::Embed:
       for (int64_t l = 0; l < layers; ++l) {
         gguf::TensorType t = tensor(op.weights[0], l)->type;
         need(t == gguf::TensorType::Q8_0 || t == gguf::TensorType::F32 || t == gguf::TensorType::F16,
              "the table must be Q8_0, F16 or F32");
       }
       break;
-    case OpKind::MatMul:
+    case OpId::MatMul:
       need(r.in.size() == 1 && r.in[0].dtype == DType::ActQ8, "input must be ActQ8");
       for (const PackedMatMul& mm : bound.matmuls[section][index]) {
         need(mm.k == r.in[0].cols, "the weights' row length must equal the input width");
         need(mm.rows == r.out.cols, "the weights' rows must equal the output width");
       }
       break;
-    case OpKind::Rope:
+    case OpId::Rope:
       need(r.head_dim >= 2 && r.head_dim <= kMaxHeadDim,
            "head_dim " + std::to_string(r.head_dim) + " is outside what the kernels support (2.." +
                std::to_string(kMaxHeadDim) + ")");
       break;
-    case OpKind::Attention:
+    case OpId::Attention:
       need(section == Section::Layer, "attention must be in the layer loop (its KV cache is per layer)");
       need(r.head_dim >= 1 && r.head_dim <= kMaxHeadDim,
            "head_dim " + std::to_string(r.head_dim) + " is outside what the kernels support (1.." +
@@ -565,7 +525,7 @@ void Session::Impl::check_op(const ROp& r, Section section, size_t index, int64_
       need(r.window >= 0 && r.window_pattern >= 0 && r.attn_softcap >= 0 && std::isfinite(r.attn_scale),
            "the window, its pattern and the soft-capping must not be negative");
       break;
-    case OpKind::Softcap: need(r.scalar > 0, "the cap must be positive"); break;
+    case OpId::Softcap: need(r.scalar > 0, "the cap must be positive"); break;
     default: break;
   }
 }
@@ -672,7 +632,7 @@ void Session::Impl::run_op(const ROp& r, Section section, size_t index, int64_t 
   auto start = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   const int64_t rows = r.in.empty() ? 0 : r.in[0].rows;
   switch (op.kind) {
-    case OpKind::Embed: {
+    case OpId::Embed: {
       const gguf::TensorInfo* t = tensor(op.weights[0], layer);
       const int64_t cols = r.out.cols;
       const int64_t stride = static_cast<int64_t>(t->n_bytes) / t->ne[1];
@@ -688,12 +648,12 @@ void Session::Impl::run_op(const ROp& r, Section section, size_t index, int64_t 
       });
       break;
     }
-    case OpKind::RmsNorm:
-    case OpKind::RmsNormQuant: {
+    case OpId::RmsNorm:
+    case OpId::RmsNormQuant: {
       const float* w = reinterpret_cast<const float*>(tensor(op.weights[0], layer)->data);
       const int64_t cols = r.in[0].cols, group = r.head_dim;
       pool->parallel_for(rows, [&](int64_t i, int thread) {
-        if (op.kind == OpKind::RmsNorm) {
+        if (op.kind == OpId::RmsNorm) {
           for (int64_t c = 0; c < cols; c += group) ops::rms_norm(r.in[0].f32(i) + c, w, r.out.f32(i) + c, group, r.eps);
         } else {
           float* tmp = scratch[static_cast<size_t>(thread)].row.data();
@@ -703,13 +663,13 @@ void Session::Impl::run_op(const ROp& r, Section section, size_t index, int64_t 
       });
       break;
     }
-    case OpKind::Quantize:
+    case OpId::Quantize:
       pool->parallel_for(rows, [&](int64_t i, int) { quantize_act(r.in[0].f32(i), r.out.act(i), r.in[0].cols); });
       break;
-    case OpKind::MatMul:
+    case OpId::MatMul:
       run_matmul(r, bound.matmuls[section][index][static_cast<size_t>(section == Section::Layer ? layer : 0)], rows);
       break;
-    case OpKind::Rope: {
+    case OpId::Rope: {
       const RView& target = r.out.buffer >= 0 ? r.out : r.in[0];
       const gguf::TensorInfo* factors = op.weights.empty() ? nullptr : tensor(op.weights[0], layer);
       const float* freq_factors = factors != nullptr ? reinterpret_cast<const float*>(factors->data) : nullptr;
@@ -723,11 +683,11 @@ void Session::Impl::run_op(const ROp& r, Section section, size_t index, int64_t 
       });
       break;
     }
-    case OpKind::Attention: run_attention(r, layer, rows); break;
-    case OpKind::Add:
-    case OpKind::Mul:
-    case OpKind::Silu:
-    case OpKind::SiluMul: {
+    case OpId::Attention: run_attention(r, layer, rows); break;
+    case OpId::Add:
+    case OpId::Mul:
+    case OpId::Silu:
+    case OpId::SiluMul: {
       const float* w = !op.weights.empty()
                            ? reinterpret_cast<const float*>(tensor(op.weights[0], layer)->data)
                            : nullptr;
@@ -738,36 +698,37 @@ void Session::Impl::run_op(const ROp& r, Section section, size_t index, int64_t 
         float* y = r.out.f32(i);
         for (int64_t c = 0; c < cols; ++c) {
           switch (op.kind) {
-            case OpKind::Add: y[c] = a[c] + b[c]; break;
-            case OpKind::Mul: y[c] = a[c] * b[c]; break;
-            case OpKind::Silu: y[c] = ops::silu(a[c]); break;
+            case OpId::Add: y[c] = a[c] + b[c]; break;
+            case OpId::Mul: y[c] = a[c] * b[c]; break;
+            case OpId::Silu: y[c] = ops::silu(a[c]); break;
             default: y[c] = ops::silu(a[c]) * b[c]; break;
           }
         }
       });
       break;
     }
-    case OpKind::Softmax:
+    case OpId::Softmax:
       pool->parallel_for(rows, [&](int64_t i, int) { ops::softmax_row(r.in[0].f32(i), r.out.f32(i), r.in[0].cols); });
       break;
-    case OpKind::Scale:
-    case OpKind::Gelu:
-    case OpKind::Softcap:
+    case OpId::Scale:
+    case OpId::Gelu:
+    case OpId::Softcap:
       pool->parallel_for(rows, [&](int64_t i, int) {
         const float* x = r.in[0].f32(i);
         float* y = r.out.f32(i);
         const int64_t cols = r.in[0].cols;
-        if (op.kind == OpKind::Scale)
+        if (op.kind == OpId::Scale)
           ops::scale(x, y, cols, r.scalar);
-        else if (op.kind == OpKind::Gelu)
+        else if (op.kind == OpId::Gelu)
           ops::gelu(x, y, cols);
         else
           ops::softcap(x, y, cols, r.scalar);
       });
       break;
-    case OpKind::TakeLast:
+    case OpId::Last:
       std::memmove(r.out.f32(0), r.in[0].f32(take_row), static_cast<size_t>(r.in[0].cols) * sizeof(float));
       break;
+    case OpId::View: LUMEN_INTERNAL_ERROR("a view in the program (its reader refuses one)");
   }
   if (options.profile) {
     Profile& prof = profile[r.profile_key];
@@ -813,7 +774,7 @@ Session::Session(std::shared_ptr<const CompiledModel> model, const std::string& 
 
   for (const auto* ops : {&p.pre, &p.layer, &p.post})
     for (const Op& op : *ops) {
-      if (op.kind != OpKind::Embed || op.weights.size() != 1) continue;
+      if (op.kind != OpId::Embed || op.weights.size() != 1) continue;
       const auto& tensors = s.bound.tensors[static_cast<size_t>(op.weights[0])];
       for (const gguf::TensorInfo* t : tensors)
         if (t != nullptr && t->ne.size() >= 2) s.max_token_id = std::min(s.max_token_id, t->ne[1]);
@@ -827,7 +788,7 @@ Session::Session(std::shared_ptr<const CompiledModel> model, const std::string& 
 
   // One KV cache per attention op of a layer, as wide as its K.
   for (const ROp& r : decode.sections.layer) {
-    if (r.op->kind != OpKind::Attention) continue;
+    if (r.op->kind != OpId::Attention) continue;
     const int64_t width = r.in[1].cols;
     if (width < 1 || width > (int64_t{1} << 20)) throw LoadError("KV row width " + std::to_string(width) + " out of range");
     int64_t bytes = 0;
@@ -878,7 +839,7 @@ void Session::Impl::forward(const Plan& plan, std::span<const int32_t> tokens, s
   run_post(plan, kept, out);
 }
 
-// One row: TakeLast picks it and the post ops run on it (decode kernels).
+// One row: Last picks it and the post ops run on it (decode kernels).
 // Several: up to post_rows at a time gathered into the side arena and run
 // as one pass (prefill kernels), which gives each row the same bits.
 void Session::Impl::run_post(const Plan& plan, std::span<const int64_t> kept, float* out) {

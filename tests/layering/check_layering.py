@@ -14,7 +14,7 @@ ALLOWED = {
     "common": set(),
     "ops": {"common"},
     "target": {"common"},
-    "program": {"target", "common"},
+    "program": {"ops", "target", "common"},
     "gguf": {"common"},
     "text": {"gguf", "common"},
     "dsl": {"ops", "common"},

@@ -96,7 +96,7 @@ TEST(Softmax, RunsAsAProgramOpInASession) {
   with_softmax.arena_bytes = probs.offset + logits.cols * Expr::constant(4);
   with_softmax.buffers.push_back(probs);
   program::Op op;
-  op.kind = program::OpKind::Softmax;
+  op.kind = ::lumen::ops::OpId::Softmax;
   op.inputs = {program::View{plain.logits_buffer, Expr::constant(0), logits.cols}};
   op.output = program::View{static_cast<int>(with_softmax.buffers.size() - 1), Expr::constant(0), logits.cols};
   with_softmax.post.push_back(op);
