@@ -47,7 +47,7 @@ void compile(const lumen::dsl::ast::Module& ast, std::string_view source) {
     std::set<lumen::program::KernelId> done;
     for (const auto* ops : {&program.pre, &program.layer, &program.post})
       for (const lumen::program::Op& op : *ops) {
-        if (op.kind != lumen::program::OpKind::MatMul) continue;
+        if (op.kind != lumen::ops::OpId::MatMul) continue;
         for (const lumen::program::KernelId& kernel : op.schedule.kernels())
           if (done.insert(kernel).second && lumen::codegen::generate_matmul_kernel(isa, kernel).empty())
             __builtin_trap();

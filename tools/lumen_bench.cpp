@@ -66,7 +66,7 @@ double weight_bytes_per_token(const Session& s) {
   const auto& prog = s.model().program;
   std::string embed_name;
   for (const auto& op : prog.pre)
-    if (op.kind == lumen::program::OpKind::Embed && !op.weights.empty())
+    if (op.kind == lumen::ops::OpId::Embed && !op.weights.empty())
       embed_name = prog.weights[size_t(op.weights[0])].gguf_name;
   for (const auto& t : s.gguf().tensors()) {
     if (t.type == lumen::gguf::TensorType::F32 || t.type == lumen::gguf::TensorType::F16)
@@ -85,12 +85,12 @@ double matmul_ops(const Session& s, int64_t n_prompt) {
   std::string head_name;
   if (!prog.post.empty())
     for (const auto& op : prog.post)
-      if (op.kind == lumen::program::OpKind::MatMul && !op.weights.empty())
+      if (op.kind == lumen::ops::OpId::MatMul && !op.weights.empty())
         head_name = prog.weights[size_t(op.weights[0])].gguf_name;
   const auto* head = g.find_tensor(head_name);
   if (!head) {  // tied: the fallback name
     for (const auto& op : prog.post)
-      if (op.kind == lumen::program::OpKind::MatMul && !op.weights.empty())
+      if (op.kind == lumen::ops::OpId::MatMul && !op.weights.empty())
         head = g.find_tensor(prog.weights[size_t(op.weights[0])].fallback);
   }
   for (const auto& t : g.tensors()) {

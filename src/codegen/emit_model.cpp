@@ -60,7 +60,7 @@ std::vector<program::KernelId> kernels_of(const program::Program& p) {
   };
   for (const auto* ops : {&p.pre, &p.layer, &p.post})
     for (const auto& op : *ops)
-      if (op.kind == program::OpKind::MatMul) {
+      if (op.kind == ops::OpId::MatMul) {
         for (const program::KernelId& k : op.schedule.kernels()) add(k);
       }
   return kernels;

@@ -10,14 +10,13 @@
 
 namespace lumen::dsl::ast {
 
-const char* to_string(DType t) {
-  switch (t) {
-    case DType::F32: return "f32";
-    case DType::F16: return "f16";
-    case DType::Q8_0: return "q8_0";
-    case DType::I32: return "i32";
-  }
-  return "?";
+std::string dtype_names(bool (*pick)(const ops::DTypeRow&)) {
+  std::vector<const char*> names;
+  for (const ops::DTypeRow& r : ops::kDTypes)
+    if (pick(r)) names.push_back(r.name);
+  std::string s;
+  for (size_t i = 0; i < names.size(); ++i) s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + std::string(names[i]);
+  return s;
 }
 
 const char* to_string(ScalarType t) { return t == ScalarType::Int ? "int" : "float"; }
@@ -44,34 +43,25 @@ const char* to_string(BinaryOp op) {
 }
 
 namespace {
-struct BuiltinName {
-  Builtin builtin;
-  const char* name;
-};
-constexpr BuiltinName kBuiltinNames[] = {
-    {Builtin::Embed, "embed"},     {Builtin::RmsNorm, "rms_norm"},   {Builtin::MatMul, "matmul"},
-    {Builtin::Add, "add"},         {Builtin::Mul, "mul"},            {Builtin::Silu, "silu"},
-    {Builtin::Rope, "rope"},       {Builtin::Attention, "attention"}, {Builtin::Softmax, "softmax"},
-    {Builtin::Last, "last"},       {Builtin::Scale, "scale"},        {Builtin::Gelu, "gelu"},
-    {Builtin::Softcap, "softcap"}, {Builtin::Key, "key"},            {Builtin::Len, "len"},
-    {Builtin::Sqrt, "sqrt"},       {Builtin::Min, "min"},            {Builtin::Max, "max"},
-};
-static_assert(std::size(kBuiltinNames) == static_cast<size_t>(Builtin::Max), "one name per builtin");
+constexpr const char* kScalarFnNames[] = {"key", "len", "sqrt", "min", "max"};
+static_assert(std::size(kScalarFnNames) == static_cast<size_t>(ScalarFn::Max) + 1, "one name per scalar function");
 }  // namespace
 
-const char* to_string(Builtin b) {
-  for (const BuiltinName& n : kBuiltinNames) {
-    if (n.builtin == b) return n.name;
-  }
-  return "?";
+const char* to_string(ScalarFn f) { return kScalarFnNames[static_cast<size_t>(f)]; }
+
+std::optional<ScalarFn> scalar_fn_from_name(std::string_view name) {
+  for (size_t i = 0; i < std::size(kScalarFnNames); ++i)
+    if (name == kScalarFnNames[i]) return static_cast<ScalarFn>(i);
+  return std::nullopt;
 }
 
-Builtin builtin_from_name(std::string_view name) {
-  for (const BuiltinName& n : kBuiltinNames) {
-    if (name == n.name) return n.builtin;
-  }
-  return Builtin::Unknown;
+std::optional<ops::OpId> dsl_op_from_name(std::string_view name) {
+  std::optional<ops::OpId> op = ops::parse_op(name);
+  if (op && ops::row(*op).in_dsl) return op;
+  return std::nullopt;
 }
+
+bool is_builtin(std::string_view name) { return dsl_op_from_name(name) || scalar_fn_from_name(name); }
 
 const Expr* CallExpr::find(std::string_view param) const {
   for (const Argument& a : args) {

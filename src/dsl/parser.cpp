@@ -46,12 +46,11 @@ std::string describe(const Token& t) {
   }
 }
 
+// A type of the list that the DSL may write.
 bool parse_dtype(const std::string& s, DType& out) {
-  if (s == "f32") out = DType::F32;
-  else if (s == "f16") out = DType::F16;
-  else if (s == "q8_0") out = DType::Q8_0;
-  else if (s == "i32") out = DType::I32;
-  else return false;
+  std::optional<DType> d = ops::parse_dtype(s);
+  if (!d || !ops::row(*d).in_dsl) return false;
+  out = *d;
   return true;
 }
 
@@ -370,10 +369,10 @@ class Parser {
     return true;
   }
 
-  // tensor_type = DTYPE "[" expr ("," expr)* "]"       DTYPE = f32 | f16 | q8_0 | i32
+  // tensor_type = DTYPE "[" expr ("," expr)* "]"       DTYPE = a type of the list with in_dsl (f32 | f16 | q8_0 | i32)
   bool parse_tensor_type(TypeExpr& t) {
     if (!at(TokenKind::Identifier) || !parse_dtype(tok().text, t.dtype)) {
-      error_expected("a tensor type (f32, f16, q8_0 or i32)");
+      error_expected("a tensor type (" + dtype_names([](const ops::DTypeRow& r) { return r.in_dsl; }) + ")");
       return false;
     }
     t.dtype_range = tok().range;

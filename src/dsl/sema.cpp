@@ -41,7 +41,8 @@ struct ArgSpec {
 };
 
 struct Signature {
-  Builtin builtin;
+  std::optional<ops::OpId> op_id;  // a tensor op,
+  std::optional<ScalarFn> fn;      // or a scalar function
   std::vector<ArgSpec> args;
   const ops::OpInfo* op = nullptr;  // tensor ops: their entry of the op table
 };
@@ -53,7 +54,7 @@ const std::vector<Signature>& signatures() {
     std::vector<Signature> out;
     for (const ops::OpInfo& op : ops::op_table()) {
       if (!op.in_dsl) continue;
-      Signature sig{builtin_from_name(op.name), {}, &op};
+      Signature sig{op.id, std::nullopt, {}, &op};
       auto operand = [](const ops::OperandSpec& o) {
         return ArgSpec{o.name, o.role == ops::Role::Weight ? ArgKind::Weight : ArgKind::Tensor, !o.optional};
       };
@@ -71,34 +72,33 @@ const std::vector<Signature>& signatures() {
         if (o.optional) sig.args.push_back(operand(o));
       out.push_back(std::move(sig));
     }
-    out.push_back({Builtin::Sqrt, {{"x", ArgKind::Float, true}}});
-    out.push_back({Builtin::Min, {{"a", ArgKind::Float, true}, {"b", ArgKind::Float, true}}});
-    out.push_back({Builtin::Max, {{"a", ArgKind::Float, true}, {"b", ArgKind::Float, true}}});
+    out.push_back({std::nullopt, ScalarFn::Sqrt, {{"x", ArgKind::Float, true}}});
+    out.push_back({std::nullopt, ScalarFn::Min, {{"a", ArgKind::Float, true}, {"b", ArgKind::Float, true}}});
+    out.push_back({std::nullopt, ScalarFn::Max, {{"a", ArgKind::Float, true}, {"b", ArgKind::Float, true}}});
     return out;
   }();
   return table;
 }
 
-const Signature* find_signature(Builtin b) {
+const Signature* find_signature(const CallExpr& c) {
+  if (!c.op && !c.fn) return nullptr;
   for (const Signature& s : signatures()) {
-    if (s.builtin == b) return &s;
+    if (c.op ? s.op_id == c.op : s.fn == c.fn) return &s;
   }
   return nullptr;
 }
 
-bool is_tensor_op(Builtin b) {
-  const Signature* s = find_signature(b);
-  return s && s->op;
-}
+bool is_tensor_op(const CallExpr& c) { return c.op.has_value(); }
 
 bool is_reserved(std::string_view name) {
   static const char* const kReserved[] = {"N", "layers", "neox", "normal", "model", "param", "let", "check",
                                           "weight", "layer", "weights", "forward", "for", "in", "return",
-                                          "else", "int", "float", "f32", "f16", "q8_0", "i32"};
+                                          "else", "int", "float"};
   for (const char* r : kReserved) {
     if (name == r) return true;
   }
-  return builtin_from_name(name) != Builtin::Unknown;
+  if (std::optional<DType> d = ops::parse_dtype(name); d && ops::row(*d).in_dsl) return true;
+  return is_builtin(name);
 }
 
 size_t edit_distance(std::string_view a, std::string_view b) {
@@ -265,12 +265,7 @@ class Sema {
 
   ops::TensorType op_type(const TensorType& t) const {
     ops::TensorType out;
-    switch (t.dtype) {
-      case DType::F32: out.dtype = ops::DType::F32; break;
-      case DType::F16: out.dtype = ops::DType::F16; break;
-      case DType::Q8_0: out.dtype = ops::DType::Q8_0; break;
-      case DType::I32: out.dtype = ops::DType::I32; break;
-    }
+    out.dtype = t.dtype;
     for (const Dim& d : t.dims) out.shape.push_back(shape_dim(d));
     return out;
   }
@@ -329,7 +324,9 @@ class Sema {
 
   void check_weight(WeightDecl& w, const std::string& index) {
     declare(w.name, w.name_range);
-    if (w.type.dtype == DType::I32) error(w.type.dtype_range, "weights must be f32, f16 or q8_0");
+    if (!ops::row(w.type.dtype).weight)
+      error(w.type.dtype_range,
+            "weights must be " + dtype_names([](const ops::DTypeRow& r) { return r.weight && r.in_dsl; }));
     if (w.type.dims.empty() || w.type.dims.size() > 2) {
       error(w.type.range, "weights have 1 or 2 dimensions, found " + std::to_string(w.type.dims.size()));
     }
@@ -491,25 +488,27 @@ class Sema {
   }
 
   ValueKind check_scalar_call(CallExpr& c, const Context& ctx) {
-    if (c.builtin == Builtin::Key || c.builtin == Builtin::Len) {
+    if (c.fn == ScalarFn::Key || c.fn == ScalarFn::Len) {
       error(c.callee_range, c.callee + "() binds a param: write 'param NAME : TYPE = " + c.callee + "(\"...\")'");
       return set(c, ValueKind::Unknown);
     }
-    if (is_tensor_op(c.builtin)) {
+    if (is_tensor_op(c)) {
       error(c.callee_range, quoted(c.callee) + " is a tensor op; it is not allowed in " + ctx.what);
       return set(c, ValueKind::Unknown);
     }
-    const Signature* sig = find_signature(c.builtin);
+    const Signature* sig = find_signature(c);
     if (!sig) {
       std::string hint;
       size_t best = 3;
-      for (int b = static_cast<int>(Builtin::Embed); b <= static_cast<int>(Builtin::Max); ++b) {
-        const char* name = to_string(static_cast<Builtin>(b));
+      auto consider = [&](const char* name) {
         if (size_t d = edit_distance(c.callee, name); d < best) {
           best = d;
           hint = std::string("; did you mean '") + name + "'?";
         }
-      }
+      };
+      for (const ops::OpRow& op : ops::kOps)
+        if (op.in_dsl) consider(op.name);
+      for (ScalarFn f : {ScalarFn::Key, ScalarFn::Len, ScalarFn::Sqrt, ScalarFn::Min, ScalarFn::Max}) consider(to_string(f));
       error(c.callee_range, "unknown function " + quoted(c.callee) + hint);
       return set(c, ValueKind::Unknown);
     }
@@ -524,7 +523,7 @@ class Sema {
       }
       all_int = all_int && k == ValueKind::Int;
     }
-    if (c.builtin == Builtin::Sqrt) return set(c, ValueKind::Float);
+    if (c.fn == ScalarFn::Sqrt) return set(c, ValueKind::Float);
     return set(c, all_int ? ValueKind::Int : ValueKind::Float);
   }
 
@@ -800,7 +799,7 @@ class Sema {
       case Expr::Kind::Index: return check_index(static_cast<IndexExpr&>(e));
       case Expr::Kind::Call: {
         auto& c = static_cast<CallExpr&>(e);
-        if (is_tensor_op(c.builtin)) return check_op(c);
+        if (is_tensor_op(c)) return check_op(c);
         break;
       }
       case Expr::Kind::Binary: {
@@ -943,12 +942,7 @@ class Sema {
     ops::Verdict v = ops::infer(op, call);
     if (v.ok()) {
       TensorType t;
-      switch (v.result->dtype) {
-        case ops::DType::I32: t.dtype = DType::I32; break;
-        case ops::DType::F16: t.dtype = DType::F16; break;
-        case ops::DType::Q8_0: t.dtype = DType::Q8_0; break;
-        default: t.dtype = DType::F32; break;
-      }
+      t.dtype = v.result->dtype;
       // Result dims are operand dims or attribute products: find the AST
       // expression each came from so that later messages print source text.
       for (const ops::ShapeDim& d : v.result->shape) t.dims.push_back(dim_for(d, args, attr_args));
@@ -990,11 +984,11 @@ class Sema {
       return unknown(e);
     }
     auto& b = static_cast<BinaryExpr&>(e);
-    return apply_rule(e, *ops::find_op(op == BinaryOp::Add ? "add" : "mul"), {b.lhs.get(), b.rhs.get()}, {}, false);
+    return apply_rule(e, ops::op_info(op == BinaryOp::Add ? ops::OpId::Add : ops::OpId::Mul), {b.lhs.get(), b.rhs.get()}, {}, false);
   }
 
   ExprType check_op(CallExpr& c) {
-    const Signature* sig = find_signature(c.builtin);
+    const Signature* sig = find_signature(c);
     if (!bind_arguments(c, *sig)) {
       for (const Argument& a : c.args) mark_weights_used(*a.value);  // unchecked, but not "unused"
       return unknown(c);

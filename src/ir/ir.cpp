@@ -1,37 +1,7 @@
-// IR data structures: names of enums, small helpers over functions and ops.
+// IR data structures: small helpers over functions and ops.
 #include "lumen/ir/ir.h"
 
-#include <array>
-
 namespace lumen::ir {
-
-namespace {
-constexpr std::array<const char*, 5> kDTypeNames = {"f32", "f16", "q8_0", "act_q8", "i32"};
-constexpr std::array<const char*, 17> kOpNames = {
-    "embed", "rms_norm", "rms_norm_quant", "quantize", "matmul",  "rope",    "attention", "add", "mul",
-    "silu",  "silu_mul", "softmax",        "last",     "scale",   "gelu",    "softcap",   "view"};
-static_assert(kOpNames.size() == static_cast<size_t>(OpKind::View) + 1, "one name per OpKind");
-constexpr std::array<const char*, 5> kEpilogueNames = {"none", "bias", "residual", "bias_residual",
-                                                       "silu_mul"};
-}  // namespace
-
-const char* to_string(DType t) { return kDTypeNames.at(static_cast<size_t>(t)); }
-
-std::optional<DType> parse_dtype(std::string_view text) {
-  for (size_t i = 0; i < kDTypeNames.size(); ++i)
-    if (text == kDTypeNames[i]) return static_cast<DType>(i);
-  return std::nullopt;
-}
-
-const char* to_string(OpKind k) { return kOpNames.at(static_cast<size_t>(k)); }
-
-std::optional<OpKind> parse_op_kind(std::string_view text) {
-  for (size_t i = 0; i < kOpNames.size(); ++i)
-    if (text == kOpNames[i]) return static_cast<OpKind>(i);
-  return std::nullopt;
-}
-
-const char* to_string(Epilogue e) { return kEpilogueNames.at(static_cast<size_t>(e)); }
 
 const char* to_string(Check::Cmp cmp) {
   switch (cmp) {

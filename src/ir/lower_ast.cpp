@@ -119,22 +119,12 @@ class AstLowering {
     }
   }
 
-  static DType dtype(ast::DType t) {
-    switch (t) {
-      case ast::DType::F32: return DType::F32;
-      case ast::DType::F16: return DType::F16;
-      case ast::DType::Q8_0: return DType::Q8_0;
-      case ast::DType::I32: return DType::I32;
-    }
-    return DType::F32;
-  }
-
   void lower_weight(const ast::WeightDecl& w) {
     Weight out;
     out.name = w.name;
     out.gguf_name = w.gguf_name;
     out.per_layer = w.per_layer;
-    out.dtype = dtype(w.type.dtype);
+    out.dtype = w.type.dtype;
     for (const auto& d : w.type.dims) out.shape.push_back(dim(*d));
     if (w.fallback) out.fallback = *w.fallback;
     out.optional = w.optional;
@@ -149,12 +139,12 @@ class AstLowering {
     const ast::InputDecl& in = *fwd.inputs[0];
     std::vector<Dim> shape;
     for (const auto& d : in.type.dims) shape.push_back(dim(*d));
-    f.tokens = f.new_value(Type::of(dtype(in.type.dtype), shape));
+    f.tokens = f.new_value(Type::of(in.type.dtype, shape));
     env_[in.name] = f.tokens;
     {
       std::vector<Dim> result;
       for (const auto& d : fwd.result.dims) result.push_back(dim(*d));
-      f.result_type = Type::of(dtype(fwd.result.dtype), result);
+      f.result_type = Type::of(fwd.result.dtype, result);
     }
     block_ = &f.pre;
     for (const auto& s : fwd.body) lower_stmt(*s);
@@ -263,7 +253,7 @@ class AstLowering {
   }
 
   // add/mul: the weight operand, if any, goes second (both are commutative).
-  ValueId elementwise(OpKind kind, const ast::Expr& a, const ast::Expr& b, const ast::Expr& at) {
+  ValueId elementwise(OpId kind, const ast::Expr& a, const ast::Expr& b, const ast::Expr& at) {
     Op op;
     op.kind = kind;
     auto wa = weight_ref(a), wb = weight_ref(b);
@@ -284,7 +274,7 @@ class AstLowering {
   // IR carries as sizes: sqrt(n_embd)).
   std::optional<Dim> sqrt_of(const ast::Expr& e) {
     auto* call = ast::dyn_cast<ast::CallExpr>(&e);
-    if (!call || call->builtin != ast::Builtin::Sqrt || call->args.size() != 1) return std::nullopt;
+    if (!call || call->fn != ast::ScalarFn::Sqrt || call->args.size() != 1) return std::nullopt;
     return dim(*call->args[0].value);
   }
   // E of `1 / sqrt(E)`.
@@ -302,24 +292,24 @@ class AstLowering {
       return it->second;
     }
     if (auto* bin = ast::dyn_cast<ast::BinaryExpr>(&e)) {
-      if (bin->op == ast::BinaryOp::Add) return elementwise(OpKind::Add, *bin->lhs, *bin->rhs, e);
-      if (bin->op == ast::BinaryOp::Mul) return elementwise(OpKind::Mul, *bin->lhs, *bin->rhs, e);
+      if (bin->op == ast::BinaryOp::Add) return elementwise(OpId::Add, *bin->lhs, *bin->rhs, e);
+      if (bin->op == ast::BinaryOp::Mul) return elementwise(OpId::Mul, *bin->lhs, *bin->rhs, e);
       error(e.range, quoted(ast::to_string(bin->op)) + " is not a tensor operation");
     }
     auto* call = ast::dyn_cast<ast::CallExpr>(&e);
     if (!call) error(e.range, quoted(ast::to_string(e)) + " is not a tensor expression");
+    if (!call->op) error(e.range, quoted(call->callee) + " is not a tensor operation");
     Op op;
-    switch (call->builtin) {
-      case ast::Builtin::Embed: {
-        op.kind = OpKind::Embed;
+    op.kind = *call->op;
+    switch (op.kind) {
+      case OpId::Embed: {
         auto table = weight_ref(arg(*call, "table"));
         if (!table) error(arg(*call, "table").range, "embed's table must be a weight");
         op.operands = {value(arg(*call, "tokens"))};
         op.weights = {*table};
         break;
       }
-      case ast::Builtin::RmsNorm: {
-        op.kind = OpKind::RmsNorm;
+      case OpId::RmsNorm: {
         auto w = weight_ref(arg(*call, "weight"));
         if (!w) error(arg(*call, "weight").range, "rms_norm's weight must be a weight");
         op.operands = {value(arg(*call, "x"))};
@@ -328,26 +318,16 @@ class AstLowering {
         if (const ast::Expr* heads = call->find("heads")) op.set_attr("heads", Attr::of_dim(dim(*heads)));
         break;
       }
-      case ast::Builtin::MatMul: {
-        op.kind = OpKind::MatMul;
+      case OpId::MatMul: {
         auto w = weight_ref(arg(*call, "w"));
         if (!w) error(arg(*call, "w").range, "matmul's second operand must be a weight");
         op.operands = {value(arg(*call, "x"))};
         op.weights = {*w};
         break;
       }
-      case ast::Builtin::Add: return elementwise(OpKind::Add, arg(*call, "a"), arg(*call, "b"), e);
-      case ast::Builtin::Mul: return elementwise(OpKind::Mul, arg(*call, "a"), arg(*call, "b"), e);
-      case ast::Builtin::Silu:
-      case ast::Builtin::Softmax:
-      case ast::Builtin::Last:
-        op.kind = call->builtin == ast::Builtin::Silu      ? OpKind::Silu
-                  : call->builtin == ast::Builtin::Softmax ? OpKind::Softmax
-                                                           : OpKind::Last;
-        op.operands = {value(arg(*call, "x"))};
-        break;
-      case ast::Builtin::Rope: {
-        op.kind = OpKind::Rope;
+      case OpId::Add: return elementwise(OpId::Add, arg(*call, "a"), arg(*call, "b"), e);
+      case OpId::Mul: return elementwise(OpId::Mul, arg(*call, "a"), arg(*call, "b"), e);
+      case OpId::Rope: {
         op.operands = {value(arg(*call, "x"))};
         op.set_attr("heads", Attr::of_dim(dim(arg(*call, "heads"))));
         op.set_attr("dim", Attr::of_dim(dim(arg(*call, "dim"))));
@@ -368,8 +348,7 @@ class AstLowering {
         }
         break;
       }
-      case ast::Builtin::Attention: {
-        op.kind = OpKind::Attention;
+      case OpId::Attention: {
         op.operands = {value(arg(*call, "q")), value(arg(*call, "k")), value(arg(*call, "v"))};
         Dim heads = dim(arg(*call, "heads"));
         const ast::Expr* kv = call->find("kv_heads");
@@ -389,8 +368,7 @@ class AstLowering {
           op.set_attr("window_pattern", Attr::of_dim(dim(*pattern)));
         break;
       }
-      case ast::Builtin::Scale: {
-        op.kind = OpKind::Scale;
+      case OpId::Scale: {
         op.operands = {value(arg(*call, "x"))};
         const ast::Expr& factor = arg(*call, "factor");
         if (auto d = sqrt_of(factor))
@@ -399,16 +377,16 @@ class AstLowering {
           op.set_attr("factor", Attr::ident(param_name(factor, "scale's factor (a param, a number or sqrt(size))", "scale")));
         break;
       }
-      case ast::Builtin::Gelu:
-        op.kind = OpKind::Gelu;
-        op.operands = {value(arg(*call, "x"))};
+      default: {
+        // An op of activations and scalar attributes (silu, softmax, softcap ...):
+        // each operand a value, each scalar a param (a number becomes a constant param).
+        const ops::OpInfo& info = ops::op_info(op.kind);
+        for (const ops::OperandSpec& o : info.operands) op.operands.push_back(value(arg(*call, o.name)));
+        for (const ops::AttrSpec& a : info.attrs)
+          if (a.kind == ops::AttrKind::Scalar && a.required)
+            op.set_attr(a.name, Attr::ident(param_name(arg(*call, a.name), std::string(info.name) + "'s " + a.name, info.name)));
         break;
-      case ast::Builtin::Softcap:
-        op.kind = OpKind::Softcap;
-        op.operands = {value(arg(*call, "x"))};
-        op.set_attr("cap", Attr::ident(param_name(arg(*call, "cap"), "softcap's cap", "softcap")));
-        break;
-      default: error(e.range, quoted(call->callee) + " is not a tensor operation");
+      }
     }
     return emit(std::move(op), e);
   }

@@ -20,32 +20,9 @@ OpTypes::OpTypes(const Module& m) : m_(m) {
 
 ops::SymDim OpTypes::sym(const Dim& d) const { return ops::SymDim::of(d, lets_); }
 
-namespace {
-ops::DType to_ops(DType t) {
-  switch (t) {
-    case DType::F32: return ops::DType::F32;
-    case DType::F16: return ops::DType::F16;
-    case DType::Q8_0: return ops::DType::Q8_0;
-    case DType::ActQ8: return ops::DType::ActQ8;
-    case DType::I32: return ops::DType::I32;
-  }
-  return ops::DType::F32;
-}
-DType to_ir(ops::DType t) {
-  switch (t) {
-    case ops::DType::F32: return DType::F32;
-    case ops::DType::F16: return DType::F16;
-    case ops::DType::Q8_0: return DType::Q8_0;
-    case ops::DType::ActQ8: return DType::ActQ8;
-    case ops::DType::I32: return DType::I32;
-  }
-  return DType::F32;
-}
-}  // namespace
-
 ops::TensorType OpTypes::type(const Type& t) const {
   ops::TensorType out;
-  out.dtype = to_ops(t.dtype);
+  out.dtype = t.dtype;
   for (const Dim& d : t.shape) out.shape.push_back(shape_dim(d));
   return out;
 }
@@ -53,7 +30,7 @@ ops::TensorType OpTypes::type(const Type& t) const {
 Type OpTypes::to_ir(const ops::TensorType& t) const {
   std::vector<Dim> shape;
   for (const ops::ShapeDim& d : t.shape) shape.push_back(d.dim);
-  return Type::of(ir::to_ir(t.dtype), std::move(shape));
+  return Type::of(t.dtype, std::move(shape));
 }
 
 bool OpTypes::equal(const Type& a, const Type& b) const {
@@ -62,14 +39,8 @@ bool OpTypes::equal(const Type& a, const Type& b) const {
   return ops::same_type(type(a), type(b), facts_);
 }
 
-const ops::OpInfo& OpTypes::info(OpKind kind) {
-  const ops::OpInfo* op = ops::find_op(to_string(kind));
-  LUMEN_ASSERT(op != nullptr, std::string("IR op '") + to_string(kind) + "' has no entry in the op table");
-  return *op;
-}
-
 std::optional<ops::OpCall> OpTypes::call(const Op& op, const Function& f, std::string* why) const {
-  const ops::OpInfo& info = OpTypes::info(op.kind);
+  const ops::OpInfo& info = ops::op_info(op.kind);
   ops::OpCall c;
   c.facts = &facts_;
   auto value = [&](ValueId v) -> std::optional<ops::TensorType> {
@@ -117,7 +88,7 @@ std::optional<ops::OpCall> OpTypes::call(const Op& op, const Function& f, std::s
     if (spec->kind == ops::AttrKind::Size && a.kind == Attr::Kind::Dim) c.sizes[name] = shape_dim(a.dim);
     if (spec->kind == ops::AttrKind::Choice && a.kind == Attr::Kind::Ident) c.choices[name] = a.text;
   }
-  c.epilogue = to_string(op.epilogue);
+  c.epilogue = op.epilogue;
   for (const WeightRef& b : op.biases) {
     auto t = weight(b);
     if (!t) return std::nullopt;

@@ -219,7 +219,7 @@ class Parser {
   Type parse_type() {
     if (accept_punct("?")) return Type::open();
     std::string name = take_ident("a dtype");
-    auto dtype = parse_dtype(name);
+    auto dtype = ops::parse_dtype(name);
     if (!dtype) fail("unknown dtype '" + name + "'");
     return Type::of(*dtype, parse_shape());
   }
@@ -424,7 +424,7 @@ class Parser {
     std::string result = take(Token::Kind::Value, "a result").text;
     expect_punct("=");
     std::string kind = take_ident("an op name");
-    auto k = parse_op_kind(kind);
+    auto k = ops::parse_op(kind);
     if (!k) fail("unknown op '" + kind + "'");
     op.kind = *k;
     do {
@@ -464,14 +464,9 @@ class Parser {
     expect_punct("=");
     if (key == "epilogue") {
       std::string name = take_ident("an epilogue");
-      bool found = false;
-      for (auto e : {Epilogue::None, Epilogue::Bias, Epilogue::Residual, Epilogue::BiasResidual, Epilogue::SiluMul}) {
-        if (name == to_string(e)) {
-          op.epilogue = e;
-          found = true;
-        }
-      }
-      if (!found) fail("unknown epilogue '" + name + "'");
+      std::optional<Epilogue> epilogue = ops::parse_epilogue(name);
+      if (!epilogue) fail("unknown epilogue '" + name + "'");
+      op.epilogue = *epilogue;
       if (accept_punct("(")) {
         do {
           if (peek().kind == Token::Kind::Weight) op.biases.push_back(weight_ref(next().text));

@@ -170,7 +170,7 @@ class Verifier {
 
   // Operand counts, attributes and the type rule: the op table's entry.
   void check_signature(const Op& op, const std::string& at) {
-    const ops::OpInfo& info = OpTypes::info(op.kind);
+    const ops::OpInfo& info = ops::op_info(op.kind);
     size_t specs = info.operands.size(), have = op.operands.size() + op.weights.size();
     bool variadic = !info.operands.empty() && info.operands.back().variadic;
     bool optional = !info.operands.empty() && info.operands.back().optional;
@@ -194,7 +194,7 @@ class Verifier {
       if (spec.kind == ops::AttrKind::Scalar && !m_.find_param(a->text))
         problem(at + ": attribute " + std::string(spec.name) + " names an unknown param '" + a->text + "'");
     }
-    if (op.kind != OpKind::MatMul && (op.epilogue != Epilogue::None || !op.biases.empty() || op.residual != kNoValue))
+    if (op.kind != OpId::MatMul && (op.epilogue != Epilogue::None || !op.biases.empty() || op.residual != kNoValue))
       problem(at + ": only matmul has an epilogue");
     std::string why;
     std::optional<ops::OpCall> call = types_.call(op, f_, &why);

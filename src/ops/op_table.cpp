@@ -3,18 +3,9 @@
 
 #include <algorithm>
 
-namespace lumen::ops {
+#include "lumen/common/internal_error.h"
 
-const char* to_string(DType t) {
-  switch (t) {
-    case DType::F32: return "f32";
-    case DType::F16: return "f16";
-    case DType::Q8_0: return "q8_0";
-    case DType::ActQ8: return "act_q8";
-    case DType::I32: return "i32";
-  }
-  return "?";
-}
+namespace lumen::ops {
 
 std::string TensorType::str() const {
   std::string s = to_string(dtype);
@@ -131,17 +122,16 @@ Verdict matmul(const OpCall& c) {
   const TensorType& x = c.operands[0];
   if (x.shape.size() != 2 || (x.dtype != DType::F32 && x.dtype != DType::ActQ8))
     return at_operand(0, "'matmul' needs an f32 [rows, columns] tensor for 'x', found " + x.str());
-  const std::string& epi = c.epilogue;
+  const Epilogue e = c.epilogue;
+  const std::string epi = to_string(e);
   const size_t n_weights = c.operands.size() - 1;
-  bool has_bias = epi == "bias" || epi == "bias_residual";
-  bool has_residual = epi == "residual" || epi == "bias_residual";
-  if (epi != "none" && !has_bias && !has_residual && epi != "silu_mul")
-    return at_attr("epilogue", "unknown matmul epilogue '" + epi + "'");
+  bool has_bias = e == Epilogue::Bias || e == Epilogue::BiasResidual;
+  bool has_residual = e == Epilogue::Residual || e == Epilogue::BiasResidual;
   if (has_bias != !c.biases.empty() || (has_bias && c.biases.size() != n_weights))
     return at_attr("epilogue", "epilogue " + epi + " needs " + (has_bias ? "one bias per weight" : "no bias"));
   if (has_residual != c.residual.has_value())
     return at_attr("epilogue", "epilogue " + epi + (has_residual ? " needs" : " takes no") + " residual");
-  if (epi == "silu_mul" && n_weights != 2) return at_attr("epilogue", "epilogue silu_mul needs two weights (gate, up)");
+  if (e == Epilogue::SiluMul && n_weights != 2) return at_attr("epilogue", "epilogue silu_mul needs two weights (gate, up)");
   std::optional<ShapeDim> rows;
   for (size_t i = 0; i < n_weights; ++i) {
     const TensorType& w = c.operands[i + 1];
@@ -155,10 +145,10 @@ Verdict matmul(const OpCall& c) {
       if (b.dtype != DType::F32 || b.shape.size() != 1 || !eq(c, b.shape[0], w.shape[0]))
         return at_attr("epilogue", "a bias of 'matmul' must be f32[" + w.shape[0].text() + "], found " + b.str());
     }
-    if (epi == "silu_mul") rows = w.shape[0];
+    if (e == Epilogue::SiluMul) rows = w.shape[0];
     else rows = rows ? sum(*rows, w.shape[0]) : w.shape[0];
   }
-  if (epi == "silu_mul" && !same_type(c.operands[1], c.operands[2], *c.facts))
+  if (e == Epilogue::SiluMul && !same_type(c.operands[1], c.operands[2], *c.facts))
     return at_operand(2, "the gate and up weights of 'matmul' differ in shape");
   TensorType result{DType::F32, {x.shape[0], *rows}};
   if (c.residual && !same_type(*c.residual, result, *c.facts))
@@ -271,32 +261,39 @@ Verdict view(const OpCall& c) {
   return ok({x.dtype, {x.shape[0], c.sizes.at("cols")}});
 }
 
+std::vector<std::string> epilogue_names() {
+  std::vector<std::string> names;
+  for (const EpilogueRow& e : kEpilogues) names.emplace_back(e.name);
+  return names;
+}
+
 }  // namespace
 
 const std::vector<OpInfo>& op_table() {
   using R = Role;
   using K = AttrKind;
-  static const std::vector<OpInfo> table = {
-      {OpId::Embed, "embed", true, {{"table", R::Weight}, {"tokens", R::Activation}}, {}, embed, false,
+  static const std::vector<OpInfo> table = [] {
+    std::vector<OpInfo> t = {
+      {OpId::Embed, {{"table", R::Weight}, {"tokens", R::Activation}}, {}, embed, false,
        "rows of the table picked by the token ids: f32[N, cols]"},
-      {OpId::RmsNorm, "rms_norm", true, {{"x", R::Activation}, {"weight", R::Weight}},
+      {OpId::RmsNorm, {{"x", R::Activation}, {"weight", R::Weight}},
        {{"eps", K::Scalar, true}, {"heads", K::Size, false, {}, "one group: the whole row"}}, rms_norm, false,
        "x / sqrt(mean(x^2) + eps) * weight, per row; with heads, per head (weight one head wide)"},
-      {OpId::RmsNormQuant, "rms_norm_quant", false, {{"x", R::Activation}, {"weight", R::Weight}},
+      {OpId::RmsNormQuant, {{"x", R::Activation}, {"weight", R::Weight}},
        {{"eps", K::Scalar, true}, {"heads", K::Size, false, {}, "one group: the whole row"}}, rms_norm_quant, false,
        "rms_norm, then quantize"},
-      {OpId::Quantize, "quantize", false, {{"x", R::Activation}}, {}, quantize, false,
+      {OpId::Quantize, {{"x", R::Activation}}, {}, quantize, false,
        "f32 rows to act_q8 blocks (matmul's input)"},
-      {OpId::MatMul, "matmul", true, {{"x", R::Activation}, {"w", R::Weight, true}},
-       {{"epilogue", K::Choice, false, {"none", "bias", "residual", "bias_residual", "silu_mul"}, "none", true}}, matmul,
+      {OpId::MatMul, {{"x", R::Activation}, {"w", R::Weight, true}},
+       {{"epilogue", K::Choice, false, epilogue_names(), "none", true}}, matmul,
        false, "x times the transposed weights (fused: side by side), with an optional epilogue"},
-      {OpId::Rope, "rope", true, {{"x", R::Activation}, {"freqs", R::Weight, false, true}},
+      {OpId::Rope, {{"x", R::Activation}, {"freqs", R::Weight, false, true}},
        {{"heads", K::Size, true},
         {"dim", K::Size, true},
         {"base", K::Scalar, false, {}, "10000"},
         {"mode", K::Choice, false, {"neox", "normal"}, "neox"}},
        rope, false, "rotary position embedding of each head, in place; freqs divide each pair's angle"},
-      {OpId::Attention, "attention", true, {{"q", R::Activation}, {"k", R::Activation}, {"v", R::Activation}},
+      {OpId::Attention, {{"q", R::Activation}, {"k", R::Activation}, {"v", R::Activation}},
        {{"heads", K::Size, true},
         {"kv_heads", K::Size, false, {}, "heads"},
         {"dim", K::Size, true},
@@ -308,38 +305,43 @@ const std::vector<OpInfo>& op_table() {
        attention, true,
        "causal grouped-query attention over this op's KV cache (one per layer), with optional logit soft-capping "
        "and a sliding window on the layers l with pattern == 0 || l % pattern < pattern - 1"},
-      {OpId::Add, "add", true, {{"a", R::Either}, {"b", R::Either}}, {}, add, false, "a + b (a weight row broadcasts)"},
-      {OpId::Mul, "mul", true, {{"a", R::Either}, {"b", R::Either}}, {}, mul, false, "a * b (a weight row broadcasts)"},
-      {OpId::Silu, "silu", true, {{"x", R::Activation}}, {}, silu, false, "x * sigmoid(x)"},
-      {OpId::SiluMul, "silu_mul", false, {{"gate", R::Activation}, {"up", R::Activation}}, {}, silu_mul, false,
+      {OpId::Add, {{"a", R::Either}, {"b", R::Either}}, {}, add, false, "a + b (a weight row broadcasts)"},
+      {OpId::Mul, {{"a", R::Either}, {"b", R::Either}}, {}, mul, false, "a * b (a weight row broadcasts)"},
+      {OpId::Silu, {{"x", R::Activation}}, {}, silu, false, "x * sigmoid(x)"},
+      {OpId::SiluMul, {{"gate", R::Activation}, {"up", R::Activation}}, {}, silu_mul, false,
        "silu(gate) * up"},
-      {OpId::Softmax, "softmax", true, {{"x", R::Activation}}, {}, softmax, false, "softmax of each row"},
-      {OpId::Last, "last", true, {{"x", R::Activation}}, {}, last, false, "the last row: f32[1, cols]"},
-      {OpId::View, "view", false, {{"x", R::Activation}}, {{"offset", K::Size, true}, {"cols", K::Size, true}}, view,
+      {OpId::Softmax, {{"x", R::Activation}}, {}, softmax, false, "softmax of each row"},
+      {OpId::Last, {{"x", R::Activation}}, {}, last, false, "the last row: f32[1, cols]"},
+      {OpId::View, {{"x", R::Activation}}, {{"offset", K::Size, true}, {"cols", K::Size, true}}, view,
        false, "columns [offset, offset + cols) of x"},
-      {OpId::Scale, "scale", true, {{"x", R::Activation}},
+      {OpId::Scale, {{"x", R::Activation}},
        // factor is required in the DSL (the lowering says so); the IR carries
        // either it or factor_sqrt.
        {{"factor", K::Scalar, false, {}, "sqrt(factor_sqrt)"},
         {"factor_sqrt", K::Size, false, {}, "factor = sqrt(this size), from `factor = sqrt(size)`", true}},
        scale, false, "x * factor (a param, a number or sqrt(size))"},
-      {OpId::Gelu, "gelu", true, {{"x", R::Activation}}, {}, gelu, false, "GELU, tanh approximation (as ggml)"},
-      {OpId::Softcap, "softcap", true, {{"x", R::Activation}}, {{"cap", K::Scalar, true}}, softcap, false,
+      {OpId::Gelu, {{"x", R::Activation}}, {}, gelu, false, "GELU, tanh approximation (as ggml)"},
+      {OpId::Softcap, {{"x", R::Activation}}, {{"cap", K::Scalar, true}}, softcap, false,
        "cap * tanh(x / cap)"},
-  };
+    };
+    // In the list's order, with the list's name for each entry; one entry per op.
+    std::sort(t.begin(), t.end(), [](const OpInfo& a, const OpInfo& b) { return a.id < b.id; });
+    LUMEN_ASSERT(t.size() == kOpCount, "the op table needs one entry per op of the list");
+    for (size_t i = 0; i < t.size(); ++i) {
+      LUMEN_ASSERT(static_cast<size_t>(t[i].id) == i, std::string("a second entry for op '") + to_string(t[i].id) + "'");
+      t[i].name = to_string(t[i].id);
+      t[i].in_dsl = row(t[i].id).in_dsl;
+    }
+    return t;
+  }();
   return table;
 }
 
-const OpInfo& op_info(OpId id) {
-  const auto& t = op_table();
-  auto it = std::find_if(t.begin(), t.end(), [&](const OpInfo& o) { return o.id == id; });
-  return *it;  // every OpId has an entry (tests/ops checks it)
-}
+const OpInfo& op_info(OpId id) { return op_table()[static_cast<size_t>(id)]; }
 
 const OpInfo* find_op(std::string_view name) {
-  for (const OpInfo& o : op_table())
-    if (name == o.name) return &o;
-  return nullptr;
+  std::optional<OpId> id = parse_op(name);
+  return id ? &op_info(*id) : nullptr;
 }
 
 const AttrSpec* find_attr(const OpInfo& op, std::string_view name) {

@@ -8,7 +8,7 @@ namespace {
 
 using ir::Epilogue;
 using ir::Op;
-using ir::OpKind;
+using ops::OpId;
 
 // Whether `v` is visible at op index `at` of `block`: defined by an earlier
 // op of the block, or outside it (function argument, loop argument, earlier block).
@@ -27,7 +27,7 @@ bool fold_add(ir::Function& f, std::vector<Op>& block, int add_at) {
     int mm_at = detail::defining_op(block, add.operands[0]);
     if (mm_at < 0) return false;
     Op& mm = block[static_cast<size_t>(mm_at)];
-    if (mm.kind != OpKind::MatMul || mm.weights.size() != 1 || use_count(f, mm.result) != 1) return false;
+    if (mm.kind != OpId::MatMul || mm.weights.size() != 1 || use_count(f, mm.result) != 1) return false;
     if (mm.epilogue == Epilogue::None) mm.epilogue = Epilogue::Bias;
     else if (mm.epilogue == Epilogue::Residual) mm.epilogue = Epilogue::BiasResidual;
     else return false;
@@ -43,7 +43,7 @@ bool fold_add(ir::Function& f, std::vector<Op>& block, int add_at) {
     int mm_at = detail::defining_op(block, product);
     if (mm_at < 0) continue;
     Op& mm = block[static_cast<size_t>(mm_at)];
-    if (mm.kind != OpKind::MatMul || use_count(f, mm.result) != 1 || !defined_before(block, residual, mm_at) ||
+    if (mm.kind != OpId::MatMul || use_count(f, mm.result) != 1 || !defined_before(block, residual, mm_at) ||
         residual == product)
       continue;
     if (mm.epilogue == Epilogue::None) mm.epilogue = Epilogue::Residual;
@@ -61,7 +61,7 @@ bool fold_add(ir::Function& f, std::vector<Op>& block, int add_at) {
 void fuse_epilogues(ir::Module& m) {
   for (auto* block : detail::blocks(m.forward)) {
     for (int i = 0; i < static_cast<int>(block->size()); ++i) {
-      if ((*block)[static_cast<size_t>(i)].kind != OpKind::Add) continue;
+      if ((*block)[static_cast<size_t>(i)].kind != OpId::Add) continue;
       if (fold_add(m.forward, *block, i)) {
         block->erase(block->begin() + i);
         --i;

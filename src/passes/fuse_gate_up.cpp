@@ -9,18 +9,18 @@ namespace {
 
 using ir::Epilogue;
 using ir::Op;
-using ir::OpKind;
+using ops::OpId;
 
 // The op of `block` defining `v` if it has kind `kind` and `v` has exactly
 // one use; else -1.
-int single_use_def(const ir::Function& f, const std::vector<Op>& block, ir::ValueId v, OpKind kind) {
+int single_use_def(const ir::Function& f, const std::vector<Op>& block, ir::ValueId v, OpId kind) {
   int at = detail::defining_op(block, v);
   if (at < 0 || block[static_cast<size_t>(at)].kind != kind || use_count(f, v) != 1) return -1;
   return at;
 }
 
 bool plain_matmul(const Op& op) {
-  return op.kind == OpKind::MatMul && op.weights.size() == 1 && op.epilogue == Epilogue::None;
+  return op.kind == OpId::MatMul && op.weights.size() == 1 && op.epilogue == Epilogue::None;
 }
 
 // Rewrites the mul at `mul_at`; returns the indices of ops that became dead.
@@ -30,12 +30,12 @@ std::vector<int> fuse(ir::Module& m, std::vector<Op>& block, int mul_at) {
   if (mul.operands.size() != 2 || !mul.weights.empty()) return {};
   // silu may be on either side: mul(silu(g), u) or mul(u, silu(g)).
   for (int side : {0, 1}) {
-    int silu_at = single_use_def(f, block, mul.operands[static_cast<size_t>(side)], OpKind::Silu);
+    int silu_at = single_use_def(f, block, mul.operands[static_cast<size_t>(side)], OpId::Silu);
     if (silu_at < 0) continue;
     ir::ValueId gate = block[static_cast<size_t>(silu_at)].operands.at(0);
     ir::ValueId up = mul.operands[static_cast<size_t>(1 - side)];
-    int gate_at = single_use_def(f, block, gate, OpKind::MatMul);
-    int up_at = single_use_def(f, block, up, OpKind::MatMul);
+    int gate_at = single_use_def(f, block, gate, OpId::MatMul);
+    int up_at = single_use_def(f, block, up, OpId::MatMul);
     if (gate_at >= 0 && up_at >= 0) {
       const Op& g = block[static_cast<size_t>(gate_at)];
       const Op& u = block[static_cast<size_t>(up_at)];
@@ -45,7 +45,7 @@ std::vector<int> fuse(ir::Module& m, std::vector<Op>& block, int mul_at) {
           gw->dtype == uw->dtype) {
         // The fused matmul replaces the mul (all its inputs are defined by then).
         Op fused;
-        fused.kind = OpKind::MatMul;
+        fused.kind = OpId::MatMul;
         fused.result = mul.result;
         fused.operands = g.operands;
         fused.weights = {g.weights[0], u.weights[0]};
@@ -57,7 +57,7 @@ std::vector<int> fuse(ir::Module& m, std::vector<Op>& block, int mul_at) {
     }
     // No matmul pair: silu(a) * b as one op.
     Op fused;
-    fused.kind = OpKind::SiluMul;
+    fused.kind = OpId::SiluMul;
     fused.result = mul.result;
     fused.operands = {gate, up};
     fused.line = mul.line;
@@ -73,7 +73,7 @@ void fuse_gate_up(ir::Module& m) {
   for (auto* block : detail::blocks(m.forward)) {
     std::vector<bool> dead(block->size(), false);
     for (int i = 0; i < static_cast<int>(block->size()); ++i) {
-      if ((*block)[static_cast<size_t>(i)].kind != OpKind::Mul || dead[static_cast<size_t>(i)]) continue;
+      if ((*block)[static_cast<size_t>(i)].kind != OpId::Mul || dead[static_cast<size_t>(i)]) continue;
       for (int d : fuse(m, *block, i)) dead[static_cast<size_t>(d)] = true;
     }
     std::vector<Op> kept;

@@ -10,13 +10,13 @@ void fuse_norm_quant(ir::Module& m) {
     std::vector<bool> dead(block->size(), false);
     for (size_t i = 0; i < block->size(); ++i) {
       ir::Op& quant = (*block)[i];
-      if (quant.kind != ir::OpKind::Quantize || quant.operands.size() != 1) continue;
+      if (quant.kind != ops::OpId::Quantize || quant.operands.size() != 1) continue;
       int norm_at = detail::defining_op(*block, quant.operands[0]);
       if (norm_at < 0) continue;
       ir::Op& norm = (*block)[static_cast<size_t>(norm_at)];
-      if (norm.kind != ir::OpKind::RmsNorm || use_count(f, norm.result) != 1) continue;
+      if (norm.kind != ops::OpId::RmsNorm || use_count(f, norm.result) != 1) continue;
       // The fused op takes the norm's place and the quantize's result.
-      norm.kind = ir::OpKind::RmsNormQuant;
+      norm.kind = ops::OpId::RmsNormQuant;
       norm.result = quant.result;
       dead[i] = true;
     }

@@ -9,10 +9,10 @@ namespace {
 
 using ir::Epilogue;
 using ir::Op;
-using ir::OpKind;
+using ops::OpId;
 
 bool fusable(const Op& op) {
-  return op.kind == OpKind::MatMul && op.operands.size() == 1 && op.residual == ir::kNoValue &&
+  return op.kind == OpId::MatMul && op.operands.size() == 1 && op.residual == ir::kNoValue &&
          (op.epilogue == Epilogue::None || op.epilogue == Epilogue::Bias);
 }
 
@@ -44,7 +44,7 @@ void fuse_block(ir::Module& m, std::vector<Op>& block) {
     // The fused matmul sits where the first member was: its input and its
     // weights are available there; the views follow it immediately.
     Op fused;
-    fused.kind = OpKind::MatMul;
+    fused.kind = OpId::MatMul;
     fused.operands = block[i].operands;
     fused.epilogue = block[i].epilogue;
     fused.line = block[i].line;
@@ -69,7 +69,7 @@ void fuse_block(ir::Module& m, std::vector<Op>& block) {
     for (size_t g = 0; g < group.size(); ++g) {
       const Op& member = block[group[g]];
       Op view;
-      view.kind = OpKind::View;
+      view.kind = OpId::View;
       view.operands = {whole};
       view.result = member.result;  // keeps its value: uses need no rewrite
       view.line = member.line;

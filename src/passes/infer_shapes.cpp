@@ -10,7 +10,7 @@ namespace {
 using ir::Dim;
 using ir::DType;
 using ir::Op;
-using ir::OpKind;
+using ops::OpId;
 using ir::Type;
 
 class ShapeInference {
@@ -64,7 +64,7 @@ class ShapeInference {
     std::string why;
     std::optional<ops::OpCall> call = types_.call(op, f_, &why);
     if (!call) fail(at + ": " + why);
-    ops::Verdict v = ops::infer(ir::OpTypes::info(op.kind), *call);
+    ops::Verdict v = ops::infer(ops::op_info(op.kind), *call);
     if (!v.ok()) fail(at + ": " + v.message);
     return types_.to_ir(*v.result);
   }

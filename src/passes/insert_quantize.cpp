@@ -13,14 +13,14 @@ void insert_quantize(ir::Module& m) {
     std::vector<ir::Op> out;
     std::map<ir::ValueId, ir::ValueId> quantized;  // f32 value -> its act_q8 twin in this block
     for (auto& op : *block) {
-      if (op.kind == ir::OpKind::MatMul && !op.operands.empty()) {
+      if (op.kind == ops::OpId::MatMul && !op.operands.empty()) {
         ir::ValueId x = op.operands[0];
         const ir::Type& t = f.type(x);
         if (t.known && t.dtype == ir::DType::F32) {
           auto it = quantized.find(x);
           if (it == quantized.end()) {
             ir::Op q;
-            q.kind = ir::OpKind::Quantize;
+            q.kind = ops::OpId::Quantize;
             q.operands = {x};
             q.result = f.new_value(ir::Type::of(ir::DType::ActQ8, t.shape));
             q.line = op.line;

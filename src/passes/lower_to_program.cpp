@@ -3,26 +3,14 @@
 #include <map>
 
 #include "lumen/passes/passes.h"
+#include "lumen/ops/op_table.h"
 #include "pass_util.h"
 
 namespace lumen::passes {
 
 namespace {
 
-using detail::to_program;
-
 using program::Dim;
-
-program::DType to_program(ir::DType t) {
-  switch (t) {
-    case ir::DType::F32: return program::DType::F32;
-    case ir::DType::F16: return program::DType::F16;
-    case ir::DType::Q8_0: return program::DType::Q8_0;
-    case ir::DType::ActQ8: return program::DType::ActQ8;
-    case ir::DType::I32: return program::DType::I32;
-  }
-  return program::DType::F32;
-}
 
 class Lowering {
  public:
@@ -111,7 +99,7 @@ class Lowering {
       pw.name = w.name;
       pw.gguf_name = w.gguf_name;
       pw.per_layer = w.per_layer;
-      pw.dtypes = {to_program(w.dtype)};
+      pw.dtypes = {w.dtype};
       for (auto it = w.shape.rbegin(); it != w.shape.rend(); ++it) pw.shape.push_back(*it);  // ggml order
       pw.fallback = w.fallback;
       pw.optional = w.optional;
@@ -126,7 +114,7 @@ class Lowering {
       const auto& b = buffers[i];
       program::Buffer pb;
       pb.name = buffer_name(b, i);
-      pb.dtype = to_program(b.dtype);
+      pb.dtype = b.dtype;
       pb.rows = b.rows;
       pb.cols = b.cols;
       pb.offset = b.offset;
@@ -135,8 +123,8 @@ class Lowering {
     }
     // Column offsets: views shift their source's, everything else starts at 0.
     auto visit = [&](const ir::Op& op) {
-      if (op.kind == ir::OpKind::View) col_offset_[op.result] = offset_of(op.operands.at(0)) + op.attr("offset")->dim;
-      else if (op.kind == ir::OpKind::Rope) col_offset_[op.result] = offset_of(op.operands.at(0));
+      if (op.kind == ops::OpId::View) col_offset_[op.result] = offset_of(op.operands.at(0)) + op.attr("offset")->dim;
+      else if (op.kind == ops::OpId::Rope) col_offset_[op.result] = offset_of(op.operands.at(0));
       else if (op.residual != ir::kNoValue && buffer_of_.count(op.residual) && buffer_of_.count(op.result) &&
                buffer_of_[op.residual] == buffer_of_[op.result])
         col_offset_[op.result] = offset_of(op.residual);
@@ -213,25 +201,22 @@ class Lowering {
   }
 
   void lower_op(const ir::Op& op, std::vector<program::Op>& out) {
-    if (op.kind == ir::OpKind::View) return;  // a column range of its source: no work
+    if (op.kind == ops::OpId::View) return;  // a column range of its source: no work
     program::Op p;
     p.line = op.line;
     for (ValueId v : op.operands) p.inputs.push_back(view(v));
     p.output = view(op.result);
     p.weights = weights(op.weights);
+    p.kind = op.kind;
     switch (op.kind) {
-      case ir::OpKind::Embed: p.kind = program::OpKind::Embed; break;
-      case ir::OpKind::RmsNorm:
-      case ir::OpKind::RmsNormQuant:
-        p.kind = op.kind == ir::OpKind::RmsNorm ? program::OpKind::RmsNorm : program::OpKind::RmsNormQuant;
+      case ops::OpId::RmsNorm:
+      case ops::OpId::RmsNormQuant:
         p.eps_hparam = param_attr(op, "eps");
         if (op.attr("heads")) p.n_heads = dim_attr(op, "heads");
         break;
-      case ir::OpKind::Quantize: p.kind = program::OpKind::Quantize; break;
-      case ir::OpKind::MatMul:
-        p.kind = program::OpKind::MatMul;
+      case ops::OpId::MatMul:
         p.biases = weights(op.biases);
-        p.epilogue = to_program(op.epilogue);
+        p.epilogue = op.epilogue;
         if (op.residual != ir::kNoValue) p.residual = view(op.residual);
         p.schedule.decode_kernel = kernel_attr(op, "decode_kernel");
         p.schedule.batch_kernel = kernel_attr(op, "batch_kernel");
@@ -239,8 +224,7 @@ class Lowering {
         p.schedule.rows_per_task = int_attr(op, "rows_per_task");
         p.schedule.tokens_per_task = int_attr(op, "tokens_per_task");
         break;
-      case ir::OpKind::Rope: {
-        p.kind = program::OpKind::Rope;
+      case ops::OpId::Rope: {
         const ir::Attr* mode = op.attr("mode");
         p.rope_mode = mode && mode->text == "normal" ? program::RopeMode::Normal : program::RopeMode::Neox;
         p.rope_base_hparam = param_attr(op, "base");
@@ -248,8 +232,7 @@ class Lowering {
         p.head_dim = dim_attr(op, "dim");
         break;
       }
-      case ir::OpKind::Attention:
-        p.kind = program::OpKind::Attention;
+      case ops::OpId::Attention:
         p.n_heads = dim_attr(op, "heads");
         p.n_heads_kv = dim_attr(op, "kv_heads");
         p.head_dim = dim_attr(op, "dim");
@@ -260,25 +243,17 @@ class Lowering {
         if (op.attr("window")) p.window = dim_attr(op, "window");
         if (op.attr("window_pattern")) p.window_pattern = dim_attr(op, "window_pattern");
         break;
-      case ir::OpKind::Scale:
-        p.kind = program::OpKind::Scale;
+      case ops::OpId::Scale:
         if (op.attr("factor_sqrt"))
           p.scalar_sqrt = dim_attr(op, "factor_sqrt");
         else
           p.scalar_hparam = param_attr(op, "factor");
         break;
-      case ir::OpKind::Gelu: p.kind = program::OpKind::Gelu; break;
-      case ir::OpKind::Softcap:
-        p.kind = program::OpKind::Softcap;
-        p.scalar_hparam = param_attr(op, "cap");
+      default:
+        // An elementwise op's one scalar attribute (a cap) is the program op's scalar.
+        for (const ops::AttrSpec& a : ops::op_info(op.kind).attrs)
+          if (a.kind == ops::AttrKind::Scalar && a.required) p.scalar_hparam = param_attr(op, a.name);
         break;
-      case ir::OpKind::Add: p.kind = program::OpKind::Add; break;
-      case ir::OpKind::Mul: p.kind = program::OpKind::Mul; break;
-      case ir::OpKind::Silu: p.kind = program::OpKind::Silu; break;
-      case ir::OpKind::SiluMul: p.kind = program::OpKind::SiluMul; break;
-      case ir::OpKind::Last: p.kind = program::OpKind::TakeLast; break;
-      case ir::OpKind::Softmax: p.kind = program::OpKind::Softmax; break;
-      case ir::OpKind::View: break;
     }
     out.push_back(std::move(p));
   }

@@ -6,7 +6,6 @@
 
 #include "lumen/common/internal_error.h"
 #include "lumen/ir/ir.h"
-#include "lumen/program/program.h"
 
 namespace lumen::passes::detail {
 
@@ -30,18 +29,6 @@ inline std::string describe(const ir::Op& op) {
   std::string s = ir::to_string(op.kind);
   if (op.line) s += " (line " + std::to_string(op.line) + ")";
   return s;
-}
-
-// The Program's name for an IR epilogue (the enums mirror each other).
-inline program::Epilogue to_program(ir::Epilogue e) {
-  switch (e) {
-    case ir::Epilogue::None: return program::Epilogue::None;
-    case ir::Epilogue::Bias: return program::Epilogue::Bias;
-    case ir::Epilogue::Residual: return program::Epilogue::Residual;
-    case ir::Epilogue::BiasResidual: return program::Epilogue::BiasResidual;
-    case ir::Epilogue::SiluMul: return program::Epilogue::SiluMul;
-  }
-  return program::Epilogue::None;
 }
 
 }  // namespace lumen::passes::detail

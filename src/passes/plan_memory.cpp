@@ -120,17 +120,17 @@ class Planner {
   void assign_op(const ir::Op& op) {
     ValueId r = op.result;
     switch (op.kind) {
-      case ir::OpKind::View: {
+      case ops::OpId::View: {
         Slot s = slots_.at(op.operands.at(0));
         s.col_offset = s.col_offset + op.attr("offset")->dim;
         place_value(r, s);
         return;
       }
-      case ir::OpKind::Rope:  // rotates in place: its input must be dead afterwards
+      case ops::OpId::Rope:  // rotates in place: its input must be dead afterwards
         if (last_use(op.operands.at(0)) > def_.at(r)) fail("rope's input is read after the rotation");
         place_value(r, slots_.at(op.operands.at(0)));
         return;
-      case ir::OpKind::MatMul:
+      case ops::OpId::MatMul:
         // Accumulate into the residual when nothing reads it afterwards.
         if (op.residual != ir::kNoValue && last_use(op.residual) == def_.at(r)) {
           place_value(r, slots_.at(op.residual));
@@ -154,10 +154,10 @@ class Planner {
   std::optional<Slot> carried_slot(const ir::Op& op) const {
     if (!f_.loop) return std::nullopt;
     switch (op.kind) {
-      case ir::OpKind::Add:
-      case ir::OpKind::Mul:
-      case ir::OpKind::Silu:
-      case ir::OpKind::SiluMul: break;
+      case ops::OpId::Add:
+      case ops::OpId::Mul:
+      case ops::OpId::Silu:
+      case ops::OpId::SiluMul: break;
       default: return std::nullopt;
     }
     const int at = def_.at(op.result);

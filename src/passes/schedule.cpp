@@ -8,7 +8,6 @@ namespace lumen::passes {
 
 namespace {
 
-using detail::to_program;
 
 // Prefill micro-kernel register tile, at most: 48 weight rows (three packed
 // row groups, kernel_abi.h pack_row_group) by 4 tokens. Measured against
@@ -49,7 +48,7 @@ program::KernelId prefill_kernel(Isa target, program::Epilogue e) {
 
 void schedule(ir::Module& m, Isa target) {
   for_each_op(m.forward, [&m, target](ir::Op& op) {
-    if (op.kind != ir::OpKind::MatMul) return;
+    if (op.kind != ops::OpId::MatMul) return;
     // The kernels multiply Q8_0 weights by act_q8 activations; anything else
     // has no kernel, and a silent slow path would hide that.
     for (const auto& w : op.weights) {
@@ -62,7 +61,7 @@ void schedule(ir::Module& m, Isa target) {
     // insert_quantize, earlier in the pipeline, made every matmul input act_q8.
     LUMEN_ASSERT(!op.operands.empty() && m.forward.type(op.operands[0]).dtype == ir::DType::ActQ8,
                  "schedule: " + detail::describe(op) + ": the input must be act_q8 (run insert_quantize first)");
-    program::Epilogue e = to_program(op.epilogue);
+    program::Epilogue e = op.epilogue;
     op.set_attr("decode_kernel", ir::Attr::string(to_string(program::KernelId::gemv(e))));
     op.set_attr("batch_kernel", ir::Attr::string(to_string(program::KernelId::batch(e))));
     op.set_attr("prefill_kernel", ir::Attr::string(to_string(prefill_kernel(target, e))));

@@ -29,55 +29,11 @@ int64_t HParamValues::eval(const Dim& d, int64_t n_tokens) const {
   return *v;
 }
 
-const char* to_string(DType t) {
-  switch (t) {
-    case DType::F32: return "F32";
-    case DType::F16: return "F16";
-    case DType::Q8_0: return "Q8_0";
-    case DType::ActQ8: return "ActQ8";
-    case DType::I32: return "I32";
-  }
-  return "?";
-}
-
-const char* to_string(OpKind k) {
-  switch (k) {
-    case OpKind::Embed: return "Embed";
-    case OpKind::RmsNorm: return "RmsNorm";
-    case OpKind::RmsNormQuant: return "RmsNormQuant";
-    case OpKind::Quantize: return "Quantize";
-    case OpKind::MatMul: return "MatMul";
-    case OpKind::Rope: return "Rope";
-    case OpKind::Attention: return "Attention";
-    case OpKind::Add: return "Add";
-    case OpKind::Mul: return "Mul";
-    case OpKind::Silu: return "Silu";
-    case OpKind::SiluMul: return "SiluMul";
-    case OpKind::TakeLast: return "TakeLast";
-    case OpKind::Softmax: return "Softmax";
-    case OpKind::Scale: return "Scale";
-    case OpKind::Gelu: return "Gelu";
-    case OpKind::Softcap: return "Softcap";
-  }
-  return "?";
-}
-
 const char* to_string(Section s) {
   switch (s) {
     case Section::Pre: return "pre";
     case Section::Layer: return "layer";
     case Section::Post: return "post";
-  }
-  return "?";
-}
-
-const char* to_string(Epilogue e) {
-  switch (e) {
-    case Epilogue::None: return "none";
-    case Epilogue::Bias: return "bias";
-    case Epilogue::Residual: return "residual";
-    case Epilogue::BiasResidual: return "bias_residual";
-    case Epilogue::SiluMul: return "silu_mul";
   }
   return "?";
 }

@@ -102,7 +102,7 @@ class TextWriter {
     }
     for (const Weight& w : p_.weights) {
       std::string dtypes, shape;
-      for (DType d : w.dtypes) dtypes.append(dtypes.empty() ? "" : ",").append(program::to_string(d));
+      for (DType d : w.dtypes) dtypes.append(dtypes.empty() ? "" : ",").append(ops::id_name(d));
       for (const Dim& e : w.shape) shape.append(shape.empty() ? "" : "|").append(dim(e));
       out_ += "weight name=" + quote(w.name) + " gguf=" + quote(w.gguf_name) +
               " per_layer=" + (w.per_layer ? "1" : "0") + " dtypes=" + (dtypes.empty() ? "_" : dtypes) +
@@ -110,7 +110,7 @@ class TextWriter {
               (w.optional ? " optional=1" : "") + "\n";
     }
     for (const Buffer& b : p_.buffers) {
-      out_ += "buffer name=" + quote(b.name) + " dtype=" + program::to_string(b.dtype) +
+      out_ += "buffer name=" + quote(b.name) + " dtype=" + ops::id_name(b.dtype) +
               " rows=" + expr(b.rows) + " cols=" + expr(b.cols) + " offset=" + expr(b.offset) + "\n";
     }
     for (Section s : kSections)
@@ -160,7 +160,7 @@ class TextWriter {
 
   void write_op(const char* section, const Op& op) {
     const Op defaults;
-    std::string line = std::string(section) + " op=" + program::to_string(op.kind);
+    std::string line = std::string(section) + " op=" + ops::id_name(op.kind);
     if (!op.inputs.empty()) {
       line += " in=";
       std::string list;
@@ -176,8 +176,8 @@ class TextWriter {
     refs("weights", op.weights);
     refs("biases", op.biases);
     if (op.residual.buffer >= 0) line += " residual=" + word_or_quoted(view(op.residual));
-    if (op.epilogue != defaults.epilogue) line += std::string(" epilogue=") + program::to_string(op.epilogue);
-    if (op.kind == OpKind::MatMul) {
+    if (op.epilogue != defaults.epilogue) line += std::string(" epilogue=") + to_string(op.epilogue);
+    if (op.kind == OpId::MatMul) {
       const MatMulSchedule& s = op.schedule;
       line += " decode_kernel=" + quote(to_string(s.decode_kernel)) +
               " batch_kernel=" + quote(to_string(s.batch_kernel)) +
@@ -186,7 +186,7 @@ class TextWriter {
               " tokens_per_task=" + std::to_string(s.tokens_per_task);
     }
     if (op.eps_hparam >= 0) line += " eps=" + hparam_ref(op.eps_hparam);
-    if (op.kind == OpKind::Rope || op.rope_mode != defaults.rope_mode)
+    if (op.kind == OpId::Rope || op.rope_mode != defaults.rope_mode)
       line += std::string(" rope_mode=") + to_string(op.rope_mode);
     if (op.rope_base_hparam >= 0) line += " rope_base=" + hparam_ref(op.rope_base_hparam);
     if (op.n_heads) line += " n_heads=" + expr(op.n_heads);
@@ -224,7 +224,7 @@ struct Record {
 // kBatchMaxTokens, more) and never checks them: each must be of its kind and
 // have the op's epilogue.
 void check_schedule(int line, const Op& op) {
-  if (op.kind != OpKind::MatMul) return;
+  if (op.kind != OpId::MatMul) return;
   const MatMulSchedule& s = op.schedule;
   const std::pair<const char*, std::pair<KernelId, KernelKind>> slots[] = {
       {"decode_kernel", {s.decode_kernel, KernelKind::Gemv}},
@@ -492,19 +492,21 @@ Enum parse_enum(const std::string& text, const Enum (&values)[N], const char* (*
   fail(line, std::string("unknown ") + what + " '" + text + "'");
 }
 
-constexpr DType kDTypes[] = {DType::F32, DType::F16, DType::Q8_0, DType::ActQ8, DType::I32};
-constexpr OpKind kOpKinds[] = {OpKind::Embed, OpKind::RmsNorm, OpKind::RmsNormQuant, OpKind::Quantize,
-                               OpKind::MatMul, OpKind::Rope, OpKind::Attention, OpKind::Add,
-                               OpKind::Mul, OpKind::Silu, OpKind::SiluMul, OpKind::TakeLast,
-                               OpKind::Softmax, OpKind::Scale, OpKind::Gelu, OpKind::Softcap};
-constexpr Epilogue kEpilogues[] = {Epilogue::None, Epilogue::Bias, Epilogue::Residual,
-                                   Epilogue::BiasResidual, Epilogue::SiluMul};
 constexpr Check::Cmp kCmps[] = {Check::Cmp::Eq, Check::Cmp::Ne, Check::Cmp::Lt,
                                 Check::Cmp::Le, Check::Cmp::Gt, Check::Cmp::Ge};
 constexpr RopeMode kRopeModes[] = {RopeMode::Normal, RopeMode::Neox};
 
 DType parse_dtype(const std::string& s, int line) {
-  return parse_enum<DType>(s, kDTypes, program::to_string, line, "dtype");
+  std::optional<DType> d = ops::parse_dtype_id(s);
+  if (!d) fail(line, "unknown dtype '" + s + "'");
+  return *d;
+}
+
+// An op of the list that exists in the program, by its enumerator's name.
+OpId parse_op(const std::string& s, int line) {
+  std::optional<OpId> id = ops::parse_op_id(s);
+  if (!id || !ops::row(*id).in_program) fail(line, "unknown op '" + s + "'");
+  return *id;
 }
 
 // Names of a table, for references; a duplicated name is only reachable by index.
@@ -632,14 +634,17 @@ Program deserialize(std::string_view text) {
       std::vector<Op>& section = r.kind == "pre" ? p.pre : r.kind == "layer" ? p.layer : p.post;
       Op& op = section.emplace_back();
       op_read = &op;
-      op.kind = parse_enum<OpKind>(rd.need("op"), kOpKinds, program::to_string, r.line, "op");
+      op.kind = parse_op(rd.need("op"), r.line);
       op.inputs = rd.view_list("in");
       op.output = rd.view_field("out");
       op.weights = rd.weight_list("weights");
       op.biases = rd.weight_list("biases");
       op.residual = rd.view_field("residual");
-      if (auto e = rd.get("epilogue"))
-        op.epilogue = parse_enum<Epilogue>(*e, kEpilogues, program::to_string, r.line, "epilogue");
+      if (auto e = rd.get("epilogue")) {
+        std::optional<Epilogue> epilogue = ops::parse_epilogue(*e);
+        if (!epilogue) fail(r.line, "unknown epilogue '" + *e + "'");
+        op.epilogue = *epilogue;
+      }
       MatMulSchedule& s = op.schedule;
       s.decode_kernel = rd.kernel_field("decode_kernel", s.decode_kernel);
       s.batch_kernel = rd.kernel_field("batch_kernel", KernelId::batch(op.epilogue));

@@ -2,6 +2,7 @@
 // architecture, weights by name with dtype and shape checks, and the one-time
 // repacking of matmul weights into the kernels' row-group format.
 #include "lumen/runtime/binding.h"
+#include "lumen/ops/op_list.h"
 #include "lumen/target/page_buffer.h"
 
 #include "lumen/runtime/pack_cache.h"
@@ -24,7 +25,7 @@ using program::DType;
 using program::Epilogue;
 using program::Dim;
 using program::HParam;
-using program::OpKind;
+using ::lumen::ops::OpId;
 using program::Program;
 
 std::string format_number(double v) {
@@ -77,16 +78,6 @@ std::string substitute_layer(const std::string& pattern, int64_t layer) {
     }
   }
   return out;
-}
-
-std::optional<DType> dtype_of(gguf::TensorType t) {
-  switch (t) {
-    case gguf::TensorType::F32: return DType::F32;
-    case gguf::TensorType::F16: return DType::F16;
-    case gguf::TensorType::Q8_0: return DType::Q8_0;
-    case gguf::TensorType::I32: return DType::I32;
-    default: return std::nullopt;
-  }
 }
 
 int64_t eval_or_throw(const Dim& e, const program::HParamValues& hp, const std::string& what) {
@@ -197,12 +188,12 @@ void bind_weights(const Program& p, const gguf::File& file, BoundModel& b) {
         continue;
       }
       if (t == nullptr) throw LoadError("missing tensor '" + name + "' (weight '" + w.name + "')");
-      std::optional<DType> dt = dtype_of(t->type);
+      std::optional<DType> dt = ::lumen::ops::dtype_of_ggml(static_cast<uint32_t>(t->type));
       bool accepted = false;
       for (DType d : w.dtypes) accepted |= dt && *dt == d;
       if (!accepted) {
         std::string want;
-        for (DType d : w.dtypes) want.append(want.empty() ? "" : " or ").append(program::to_string(d));
+        for (DType d : w.dtypes) want.append(want.empty() ? "" : " or ").append(::lumen::ops::id_name(d));
         throw LoadError("tensor '" + t->name + "' has type " + std::string(gguf::to_string(t->type)) +
                         ", expected " + want);
       }
@@ -292,9 +283,9 @@ PackPlan plan_packing(const CompiledModel& model, BoundModel& b) {
       const program::Op& op = ops[oi];
       for (int wi : op.weights)
         if (wi < 0 || wi >= static_cast<int>(p.weights.size()))
-          throw LoadError("op " + std::string(program::to_string(op.kind)) + " refers to a weight out of range");
+          throw LoadError("op " + std::string(::lumen::ops::id_name(op.kind)) + " refers to a weight out of range");
       for (int64_t layer = 0; layer < layers_of(b, s); ++layer) {
-        if (op.kind != OpKind::MatMul) {
+        if (op.kind != OpId::MatMul) {
           for (int wi : op.weights) plan.kept.insert(b.tensor(wi, layer));
           continue;
         }

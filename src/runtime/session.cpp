@@ -17,7 +17,7 @@
 namespace lumen::runtime {
 
 using program::Op;
-using program::OpKind;
+using ::lumen::ops::OpId;
 using program::Section;
 
 Session::Session(std::shared_ptr<const CompiledModel> model, const std::string& gguf_path,
@@ -54,7 +54,7 @@ Session::Session(std::shared_ptr<const CompiledModel> model, const std::string& 
 
   for (const auto* ops : {&p.pre, &p.layer, &p.post})
     for (const Op& op : *ops) {
-      if (op.kind != OpKind::Embed || op.weights.size() != 1) continue;
+      if (op.kind != OpId::Embed || op.weights.size() != 1) continue;
       const auto& tensors = s.bound.tensors[static_cast<size_t>(op.weights[0])];
       for (const gguf::TensorInfo* t : tensors)
         if (t != nullptr && t->ne.size() >= 2) s.max_token_id = std::min(s.max_token_id, t->ne[1]);
@@ -69,7 +69,7 @@ Session::Session(std::shared_ptr<const CompiledModel> model, const std::string& 
   // One KV cache per attention op of a layer, as wide as its K.
   std::vector<int64_t> kv_widths;
   for (const ROp& r : decode.sections.layer)
-    if (r.op->kind == OpKind::Attention) kv_widths.push_back(r.in[1].cols);
+    if (r.op->kind == OpId::Attention) kv_widths.push_back(r.in[1].cols);
   s.kv = KvCache(kv_widths, s.bound.n_layers, s.n_ctx, s.n_seq, options.kv_type);
   s.stats.kv_bytes = s.kv.bytes();
 

@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "lumen/common/internal_error.h"
 #include "lumen/common/numeric.h"
 #include "lumen/runtime/ops.h"
 #include "session_impl.h"
@@ -17,7 +18,7 @@ namespace lumen::runtime {
 using program::DType;
 using program::Epilogue;
 using program::Op;
-using program::OpKind;
+using ::lumen::ops::OpId;
 using program::Section;
 
 void Session::Impl::run_matmul(const ROp& r, const PackedMatMul& mm, int64_t n) {
@@ -121,7 +122,7 @@ void Session::Impl::run_op(const ROp& r, Section section, size_t index, int64_t 
   auto start = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   const int64_t rows = r.in.empty() ? 0 : r.in[0].rows;
   switch (op.kind) {
-    case OpKind::Embed: {
+    case OpId::Embed: {
       const gguf::TensorInfo* t = tensor(op.weights[0], layer);
       const int64_t cols = r.out.cols;
       const int64_t stride = static_cast<int64_t>(t->n_bytes) / t->ne[1];
@@ -137,12 +138,12 @@ void Session::Impl::run_op(const ROp& r, Section section, size_t index, int64_t 
       });
       break;
     }
-    case OpKind::RmsNorm:
-    case OpKind::RmsNormQuant: {
+    case OpId::RmsNorm:
+    case OpId::RmsNormQuant: {
       const float* w = reinterpret_cast<const float*>(tensor(op.weights[0], layer)->data);
       const int64_t cols = r.in[0].cols, group = r.head_dim;
       pool->parallel_for(rows, [&](int64_t i, int thread) {
-        if (op.kind == OpKind::RmsNorm) {
+        if (op.kind == OpId::RmsNorm) {
           for (int64_t c = 0; c < cols; c += group) ops::rms_norm(r.in[0].f32(i) + c, w, r.out.f32(i) + c, group, r.eps);
         } else {
           float* tmp = scratch[static_cast<size_t>(thread)].row.data();
@@ -152,13 +153,13 @@ void Session::Impl::run_op(const ROp& r, Section section, size_t index, int64_t 
       });
       break;
     }
-    case OpKind::Quantize:
+    case OpId::Quantize:
       pool->parallel_for(rows, [&](int64_t i, int) { quantize_act(r.in[0].f32(i), r.out.act(i), r.in[0].cols); });
       break;
-    case OpKind::MatMul:
+    case OpId::MatMul:
       run_matmul(r, bound.matmuls[section][index][static_cast<size_t>(section == Section::Layer ? layer : 0)], rows);
       break;
-    case OpKind::Rope: {
+    case OpId::Rope: {
       const RView& target = r.out.buffer >= 0 ? r.out : r.in[0];
       const gguf::TensorInfo* factors = op.weights.empty() ? nullptr : tensor(op.weights[0], layer);
       const float* freq_factors = factors != nullptr ? reinterpret_cast<const float*>(factors->data) : nullptr;
@@ -172,11 +173,11 @@ void Session::Impl::run_op(const ROp& r, Section section, size_t index, int64_t 
       });
       break;
     }
-    case OpKind::Attention: run_attention(r, layer, rows); break;
-    case OpKind::Add:
-    case OpKind::Mul:
-    case OpKind::Silu:
-    case OpKind::SiluMul: {
+    case OpId::Attention: run_attention(r, layer, rows); break;
+    case OpId::Add:
+    case OpId::Mul:
+    case OpId::Silu:
+    case OpId::SiluMul: {
       const float* w = !op.weights.empty()
                            ? reinterpret_cast<const float*>(tensor(op.weights[0], layer)->data)
                            : nullptr;
@@ -187,36 +188,37 @@ void Session::Impl::run_op(const ROp& r, Section section, size_t index, int64_t 
         float* y = r.out.f32(i);
         for (int64_t c = 0; c < cols; ++c) {
           switch (op.kind) {
-            case OpKind::Add: y[c] = a[c] + b[c]; break;
-            case OpKind::Mul: y[c] = a[c] * b[c]; break;
-            case OpKind::Silu: y[c] = ops::silu(a[c]); break;
+            case OpId::Add: y[c] = a[c] + b[c]; break;
+            case OpId::Mul: y[c] = a[c] * b[c]; break;
+            case OpId::Silu: y[c] = ops::silu(a[c]); break;
             default: y[c] = ops::silu(a[c]) * b[c]; break;
           }
         }
       });
       break;
     }
-    case OpKind::Softmax:
+    case OpId::Softmax:
       pool->parallel_for(rows, [&](int64_t i, int) { ops::softmax_row(r.in[0].f32(i), r.out.f32(i), r.in[0].cols); });
       break;
-    case OpKind::Scale:
-    case OpKind::Gelu:
-    case OpKind::Softcap:
+    case OpId::Scale:
+    case OpId::Gelu:
+    case OpId::Softcap:
       pool->parallel_for(rows, [&](int64_t i, int) {
         const float* x = r.in[0].f32(i);
         float* y = r.out.f32(i);
         const int64_t cols = r.in[0].cols;
-        if (op.kind == OpKind::Scale)
+        if (op.kind == OpId::Scale)
           ops::scale(x, y, cols, r.scalar);
-        else if (op.kind == OpKind::Gelu)
+        else if (op.kind == OpId::Gelu)
           ops::gelu(x, y, cols);
         else
           ops::softcap(x, y, cols, r.scalar);
       });
       break;
-    case OpKind::TakeLast:
+    case OpId::Last:
       std::memmove(r.out.f32(0), r.in[0].f32(take_row), static_cast<size_t>(r.in[0].cols) * sizeof(float));
       break;
+    case OpId::View: LUMEN_INTERNAL_ERROR("a view in the program (its reader refuses one)");
   }
   if (options.profile) {
     Profile& prof = profile[r.profile_key];
@@ -238,7 +240,7 @@ void Session::Impl::forward(const Plan& plan, std::span<const int32_t> tokens, s
   run_post(plan, kept, out);
 }
 
-// One row: TakeLast picks it and the post ops run on it (decode kernels).
+// One row: Last picks it and the post ops run on it (decode kernels).
 // Several: up to post_rows at a time gathered into the side arena and run
 // as one pass (prefill kernels), which gives each row the same bits.
 void Session::Impl::run_post(const Plan& plan, std::span<const int64_t> kept, float* out) {

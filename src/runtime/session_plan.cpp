@@ -18,7 +18,7 @@ namespace lumen::runtime {
 
 using program::DType;
 using program::Op;
-using program::OpKind;
+using ::lumen::ops::OpId;
 using program::Section;
 using ops::kMaxHeadDim;
 
@@ -111,21 +111,21 @@ const Plan& Session::Impl::plan_for(int64_t n) {
       if (op.residual.buffer >= 0) r.residual = resolve(op.residual, "a residual");
       auto hparam_value = [&](int index, const char* what) {
         if (index < 0 || index >= static_cast<int>(bound.hparams.size()))
-          throw LoadError(std::string("program: ") + program::to_string(op.kind) + " has no " + what + " hparam");
+          throw LoadError(std::string("program: ") + ::lumen::ops::id_name(op.kind) + " has no " + what + " hparam");
         return static_cast<float>(bound.hparams[static_cast<size_t>(index)]);
       };
-      if (op.kind == OpKind::RmsNorm || op.kind == OpKind::RmsNormQuant) r.eps = hparam_value(op.eps_hparam, "eps");
-      if (op.kind == OpKind::Rope) r.rope_base = hparam_value(op.rope_base_hparam, "rope base");
-      if (op.kind == OpKind::Rope || op.kind == OpKind::Attention) {
+      if (op.kind == OpId::RmsNorm || op.kind == OpId::RmsNormQuant) r.eps = hparam_value(op.eps_hparam, "eps");
+      if (op.kind == OpId::Rope) r.rope_base = hparam_value(op.rope_base_hparam, "rope base");
+      if (op.kind == OpId::Rope || op.kind == OpId::Attention) {
         r.n_heads = eval_required(op.n_heads, "n_heads");
         r.head_dim = eval_required(op.head_dim, "head_dim");
       }
-      if (op.kind == OpKind::RmsNorm || op.kind == OpKind::RmsNormQuant) {
+      if (op.kind == OpId::RmsNorm || op.kind == OpId::RmsNormQuant) {
         // Per head when n_heads is given: groups of cols / n_heads.
         r.n_heads = op.n_heads ? eval(*op.n_heads, "n_heads") : 1;
         r.head_dim = r.n_heads >= 1 && !r.in.empty() ? r.in[0].cols / r.n_heads : 0;
       }
-      if (op.kind == OpKind::Attention) {
+      if (op.kind == OpId::Attention) {
         r.n_heads_kv = eval_required(op.n_heads_kv, "n_heads_kv");
         const int64_t scale_dim = op.attn_scale_rsqrt ? eval(*op.attn_scale_rsqrt, "the scale") : r.head_dim;
         r.attn_scale = op.attn_scale_hparam >= 0 ? hparam_value(op.attn_scale_hparam, "attention scale")
@@ -135,13 +135,13 @@ const Plan& Session::Impl::plan_for(int64_t n) {
         r.window_pattern = op.window_pattern ? eval(*op.window_pattern, "the window pattern") : 0;
         r.kv_slot = kv_slots++;
       }
-      if (op.kind == OpKind::Scale)
+      if (op.kind == OpId::Scale)
         r.scalar = op.scalar_sqrt ? std::sqrt(static_cast<float>(eval(*op.scalar_sqrt, "the scale factor")))
                                   : hparam_value(op.scalar_hparam, "scale factor");
-      if (op.kind == OpKind::Softcap) r.scalar = hparam_value(op.scalar_hparam, "cap");
-      r.profile_key = program::to_string(op.kind);
-      // The rows this matmul sees decide the kernel: after TakeLast it is one.
-      if (op.kind == OpKind::MatMul) choose_kernel(r, s, i, r.in.size() == 1 ? r.in[0].rows : 0);
+      if (op.kind == OpId::Softcap) r.scalar = hparam_value(op.scalar_hparam, "cap");
+      r.profile_key = ::lumen::ops::id_name(op.kind);
+      // The rows this matmul sees decide the kernel: after Last it is one.
+      if (op.kind == OpId::MatMul) choose_kernel(r, s, i, r.in.size() == 1 ? r.in[0].rows : 0);
       check_op(r, s, i, n);
       plan.sections[s].push_back(std::move(r));
     }
@@ -174,16 +174,16 @@ void Session::Impl::choose_kernel(ROp& r, Section s, size_t i, int64_t rows) con
   r.tokens_per_task = std::max<int64_t>(1, op.schedule.tokens_per_task);
 }
 
-// The post section on gathered rows: batchable when it starts with TakeLast
+// The post section on gathered rows: batchable when it starts with Last
 // and every other view is a buffer written inside the post section (the usual
 // final norm and output head). Those buffers move to a side arena of
-// post_rows rows, so the arena's layout (one row after TakeLast) is untouched.
+// post_rows rows, so the arena's layout (one row after Last) is untouched.
 void Session::Impl::build_post_template() {
   const program::Program& p = program();
   const Plan& one = plan_for(1);
   PostTemplate t;
   const std::vector<ROp>& ops = one.sections.post;
-  if (ops.empty() || ops[0].op->kind != OpKind::TakeLast) return;
+  if (ops.empty() || ops[0].op->kind != OpId::Last) return;
   std::vector<bool> written(p.buffers.size(), false);
   for (const ROp& r : ops)
     if (r.out.buffer >= 0) written[static_cast<size_t>(r.out.buffer)] = true;
@@ -225,7 +225,7 @@ void Session::Impl::build_post_template() {
       if (i != 0 || j != 0) r.in[j] = move(r.in[j]);
     if (r.out.buffer >= 0) r.out = move(r.out);
     if (r.residual.buffer >= 0) r.residual = move(r.residual);
-    if (r.op->kind == OpKind::MatMul) {
+    if (r.op->kind == OpId::MatMul) {
       if (model->kernels.count(r.op->schedule.prefill_kernel) == 0) return;
       for (const PackedMatMul& mm : bound.matmuls[Section::Post][i])
         if (mm.k != r.in[0].cols || mm.rows != r.out.cols) return;
@@ -248,7 +248,7 @@ const std::vector<ROp>& Session::Impl::post_plan_for(int64_t k) {
       if (i != 0 || j != 0) r.in[j].rows = k;
     if (r.out.buffer >= 0) r.out.rows = k;
     if (r.residual.buffer >= 0) r.residual.rows = k;
-    if (r.op->kind == OpKind::MatMul) choose_kernel(r, Section::Post, i, k);
+    if (r.op->kind == OpId::MatMul) choose_kernel(r, Section::Post, i, k);
   }
   return post_plans.emplace(k, std::move(ops)).first->second;
 }
@@ -258,44 +258,9 @@ namespace {
 
 namespace op_table = ::lumen::ops;  // (runtime/ops.h is the runtime's own lumen::runtime::ops)
 
-// The op table's entry for a program op (TakeLast is the table's `last`).
-const op_table::OpInfo& table_entry(OpKind kind) {
-  op_table::OpId id = op_table::OpId::Embed;
-  switch (kind) {
-    case OpKind::Embed: id = op_table::OpId::Embed; break;
-    case OpKind::RmsNorm: id = op_table::OpId::RmsNorm; break;
-    case OpKind::RmsNormQuant: id = op_table::OpId::RmsNormQuant; break;
-    case OpKind::Quantize: id = op_table::OpId::Quantize; break;
-    case OpKind::MatMul: id = op_table::OpId::MatMul; break;
-    case OpKind::Rope: id = op_table::OpId::Rope; break;
-    case OpKind::Attention: id = op_table::OpId::Attention; break;
-    case OpKind::Add: id = op_table::OpId::Add; break;
-    case OpKind::Mul: id = op_table::OpId::Mul; break;
-    case OpKind::Silu: id = op_table::OpId::Silu; break;
-    case OpKind::SiluMul: id = op_table::OpId::SiluMul; break;
-    case OpKind::TakeLast: id = op_table::OpId::Last; break;
-    case OpKind::Softmax: id = op_table::OpId::Softmax; break;
-    case OpKind::Scale: id = op_table::OpId::Scale; break;
-    case OpKind::Gelu: id = op_table::OpId::Gelu; break;
-    case OpKind::Softcap: id = op_table::OpId::Softcap; break;
-  }
-  return op_table::op_info(id);
-}
-
-op_table::DType table_dtype(DType d) {
-  switch (d) {
-    case DType::F32: return op_table::DType::F32;
-    case DType::F16: return op_table::DType::F16;
-    case DType::Q8_0: return op_table::DType::Q8_0;
-    case DType::ActQ8: return op_table::DType::ActQ8;
-    case DType::I32: return op_table::DType::I32;
-  }
-  return op_table::DType::F32;
-}
-
 // A resolved view as the table sees it: [rows, cols], or [rows] for token ids.
 op_table::TensorType table_type(const RView& v) {
-  op_table::TensorType t{table_dtype(v.dtype), {op_table::ShapeDim::of(v.rows)}};
+  op_table::TensorType t{v.dtype, {op_table::ShapeDim::of(v.rows)}};
   if (v.dtype != DType::I32) t.shape.push_back(op_table::ShapeDim::of(v.cols));
   return t;
 }
@@ -303,9 +268,8 @@ op_table::TensorType table_type(const RView& v) {
 // A bound GGUF tensor as the table sees it: DSL order [rows, row_length].
 op_table::TensorType table_type(const gguf::TensorInfo& t) {
   op_table::TensorType out;
-  out.dtype = t.type == gguf::TensorType::F32   ? op_table::DType::F32
-              : t.type == gguf::TensorType::F16 ? op_table::DType::F16
-                                                : op_table::DType::Q8_0;
+  // Binding accepted only the weight's listed types, so the list has this one.
+  out.dtype = *op_table::dtype_of_ggml(static_cast<uint32_t>(t.type));
   for (auto it = t.ne.rbegin(); it != t.ne.rend(); ++it) out.shape.push_back(op_table::ShapeDim::of(*it));
   return out;
 }
@@ -321,13 +285,13 @@ void Session::Impl::check_op(const ROp& r, Section section, size_t index, int64_
   auto need = [&](bool ok, const std::string& what) {
     if (!ok)
       throw LoadError(std::string("program: ") + to_string(section) + " op " + std::to_string(index) + " (" +
-                      program::to_string(op.kind) + "): " + what);
+                      ::lumen::ops::id_name(op.kind) + "): " + what);
   };
-  const op_table::OpInfo& info = table_entry(op.kind);
+  const op_table::OpInfo& info = op_table::op_info(op.kind);
   static const op_table::DimFacts no_facts;  // constants compare by value
   const int64_t layers = section == Section::Layer ? bound.n_layers : 1;
   for (const RView& v : r.in) need(v.buffer >= 0, "an input has no buffer");
-  need(r.out.buffer >= 0 || op.kind == OpKind::Rope, "the output has no buffer");
+  need(r.out.buffer >= 0 || op.kind == OpId::Rope, "the output has no buffer");
   for (int64_t l = 0; l < layers; ++l) {
     op_table::OpCall call;
     call.facts = &no_facts;
@@ -355,16 +319,16 @@ void Session::Impl::check_op(const ROp& r, Section section, size_t index, int64_
     }
     while (next_in < r.in.size()) take(false);
     while (next_w < op.weights.size()) take(true);
-    if (op.kind == OpKind::Rope || op.kind == OpKind::Attention) {
+    if (op.kind == OpId::Rope || op.kind == OpId::Attention) {
       call.sizes["heads"] = op_table::ShapeDim::of(r.n_heads);
       call.sizes["dim"] = op_table::ShapeDim::of(r.head_dim);
     }
-    if (op.kind == OpKind::Attention) call.sizes["kv_heads"] = op_table::ShapeDim::of(r.n_heads_kv);
-    if ((op.kind == OpKind::RmsNorm || op.kind == OpKind::RmsNormQuant) && op.n_heads)
+    if (op.kind == OpId::Attention) call.sizes["kv_heads"] = op_table::ShapeDim::of(r.n_heads_kv);
+    if ((op.kind == OpId::RmsNorm || op.kind == OpId::RmsNormQuant) && op.n_heads)
       call.sizes["heads"] = op_table::ShapeDim::of(r.n_heads);
-    if (op.kind == OpKind::Rope) call.choices["mode"] = op.rope_mode == program::RopeMode::Normal ? "normal" : "neox";
-    if (op.kind == OpKind::MatMul) {
-      call.epilogue = program::to_string(op.epilogue);
+    if (op.kind == OpId::Rope) call.choices["mode"] = op.rope_mode == program::RopeMode::Normal ? "normal" : "neox";
+    if (op.kind == OpId::MatMul) {
+      call.epilogue = op.epilogue;
       for (int b : op.biases) {
         const gguf::TensorInfo* t = tensor(b, l);
         need(t != nullptr, "a bias is not bound");
@@ -379,26 +343,26 @@ void Session::Impl::check_op(const ROp& r, Section section, size_t index, int64_
          "the output is " + table_type(out).str() + " but the inputs give " + v.result->str());
   }
   switch (op.kind) {
-    case OpKind::Embed:
+    case OpId::Embed:
       for (int64_t l = 0; l < layers; ++l) {
         gguf::TensorType t = tensor(op.weights[0], l)->type;
         need(t == gguf::TensorType::Q8_0 || t == gguf::TensorType::F32 || t == gguf::TensorType::F16,
              "the table must be Q8_0, F16 or F32");
       }
       break;
-    case OpKind::MatMul:
+    case OpId::MatMul:
       need(r.in.size() == 1 && r.in[0].dtype == DType::ActQ8, "input must be ActQ8");
       for (const PackedMatMul& mm : bound.matmuls[section][index]) {
         need(mm.k == r.in[0].cols, "the weights' row length must equal the input width");
         need(mm.rows == r.out.cols, "the weights' rows must equal the output width");
       }
       break;
-    case OpKind::Rope:
+    case OpId::Rope:
       need(r.head_dim >= 2 && r.head_dim <= kMaxHeadDim,
            "head_dim " + std::to_string(r.head_dim) + " is outside what the kernels support (2.." +
                std::to_string(kMaxHeadDim) + ")");
       break;
-    case OpKind::Attention:
+    case OpId::Attention:
       need(section == Section::Layer, "attention must be in the layer loop (its KV cache is per layer)");
       need(r.head_dim >= 1 && r.head_dim <= kMaxHeadDim,
            "head_dim " + std::to_string(r.head_dim) + " is outside what the kernels support (1.." +
@@ -406,7 +370,7 @@ void Session::Impl::check_op(const ROp& r, Section section, size_t index, int64_
       need(r.window >= 0 && r.window_pattern >= 0 && r.attn_softcap >= 0 && std::isfinite(r.attn_scale),
            "the window, its pattern and the soft-capping must not be negative");
       break;
-    case OpKind::Softcap: need(r.scalar > 0, "the cap must be positive"); break;
+    case OpId::Softcap: need(r.scalar > 0, "the cap must be positive"); break;
     default: break;
   }
 }

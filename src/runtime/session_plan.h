@@ -14,17 +14,12 @@
 
 namespace lumen::runtime {
 
-// Bytes of one row of `cols` elements.
-inline int64_t row_bytes(program::DType d, int64_t cols) {
-  switch (d) {
-    case program::DType::F32:
-    case program::DType::I32: return 4 * cols;
-    case program::DType::F16: return 2 * cols;
-    case program::DType::Q8_0: return cols / kQ8Block * static_cast<int64_t>(sizeof(BlockQ8_0));
-    case program::DType::ActQ8: return cols / kQ8Block * static_cast<int64_t>(sizeof(ActBlock));
-  }
-  return 0;
-}
+// Rows are sized by the type list's blocks; these are the blocks the kernels read.
+using ::lumen::ops::row_bytes;
+static_assert(::lumen::ops::row(program::DType::Q8_0).block_bytes == sizeof(BlockQ8_0) &&
+              ::lumen::ops::row(program::DType::Q8_0).block_elems == kQ8Block);
+static_assert(::lumen::ops::row(program::DType::ActQ8).block_bytes == sizeof(ActBlock) &&
+              ::lumen::ops::row(program::DType::ActQ8).block_elems == kQ8Block);
 
 // A view resolved for one batch size: where its rows are in the arena.
 struct RView {
@@ -72,7 +67,7 @@ struct Plan {
 struct PostTemplate {
   bool batchable = false;
   std::vector<ROp> ops;
-  std::vector<std::vector<bool>> side_in;  // per op and input: a side buffer (else TakeLast's source)
+  std::vector<std::vector<bool>> side_in;  // per op and input: a side buffer (else Last's source)
   std::vector<bool> side_out, side_residual;
   RView logits;
 };

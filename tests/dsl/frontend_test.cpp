@@ -90,7 +90,7 @@ TEST(Frontend, Qwen2ChecksCleanWithExpectedStructure) {
   EXPECT_EQ(to_string(k->value->type), "f32[N, n_embd_kv]");
   const auto* rope = call(dyn_cast<AssignStmt>(loop->body[4].get())->value.get());
   ASSERT_NE(rope, nullptr);
-  EXPECT_EQ(rope->builtin, Builtin::Rope);
+  EXPECT_EQ(rope->op, lumen::ops::OpId::Rope);
   EXPECT_EQ(to_string(*rope->find("heads")), "n_head");
   const auto* mode = dyn_cast<NameExpr>(rope->find("mode"));
   ASSERT_NE(mode, nullptr);
@@ -98,7 +98,7 @@ TEST(Frontend, Qwen2ChecksCleanWithExpectedStructure) {
   EXPECT_EQ(mode->resolved, NameKind::Mode);
   const auto* attn = call(dyn_cast<AssignStmt>(loop->body[6].get())->value.get());
   ASSERT_NE(attn, nullptr);
-  EXPECT_EQ(attn->builtin, Builtin::Attention);
+  EXPECT_EQ(attn->op, lumen::ops::OpId::Attention);
   EXPECT_EQ(to_string(*attn->find("kv_heads")), "n_head_kv");
   EXPECT_EQ(attn->find("scale"), nullptr);  // default 1/sqrt(dim)
 

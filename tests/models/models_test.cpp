@@ -14,6 +14,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -23,7 +26,9 @@
 #include "lumen/gguf/gguf.h"
 #include "lumen/gguf/json.h"
 #include "lumen/ir/lower_ast.h"
+#include "lumen/ops/op_table.h"
 #include "lumen/passes/passes.h"
+#include "lumen/program/program.h"
 #include "lumen/runtime/session.h"
 #include "lumen/text/tokenizer.h"
 #include "runtime_support.h"
@@ -166,6 +171,93 @@ INSTANTIATE_TEST_SUITE_P(
       std::replace(n.begin(), n.end(), '-', '_');
       return n;
     });
+
+// Every op of the one list (ops/op_list.h), so that a new op is covered the
+// day its row is added: it has a type rule; the program text carries exactly
+// the ops the list marks `in_program` (each round-trips, the others are
+// refused); and the runtime dispatches every program op: a dsl/ program uses
+// it and a session runs it (the session's profile counts its calls). No
+// dsl/ program applies softmax, and fuse_gate_up leaves them no silu or
+// silu_mul op, so a variant of qwen2 ends in all three.
+TEST(OpList, EveryOpHasARuleRoundTripsThroughTheProgramTextAndIsRunByTheRuntime) {
+  for (const ops::OpRow& row : ops::kOps) {
+    EXPECT_EQ(ops::op_info(row.id).id, row.id) << row.name;
+    EXPECT_NE(ops::op_info(row.id).rule, nullptr) << row.name;
+  }
+
+  const program::Program base = program::deserialize(runtime::testing::read_file(runtime::testing::qwen2_program_path()));
+  for (const ops::OpRow& row : ops::kOps) {
+    program::Program p = base;
+    program::Op op;
+    op.kind = row.in_program ? row.id : ops::OpId::Add;
+    op.schedule = {program::KernelId::gemv(op.epilogue), program::KernelId::batch(op.epilogue),
+                   program::KernelId::gemm(op.epilogue, 16, 1)};
+    p.post.push_back(op);
+    std::string text = program::serialize(p);
+    if (row.in_program) {
+      EXPECT_EQ(program::deserialize(text).post.back().kind, row.id) << row.name;
+      continue;
+    }
+    const std::string add = std::string("op=") + ops::id_name(ops::OpId::Add);
+    text.replace(text.rfind(add), add.size(), std::string("op=") + row.id_name);
+    EXPECT_THROW(program::deserialize(text), program::ParseError) << row.name;
+  }
+
+  struct Model {
+    const char* preset;  // lumen-gguf synth --preset; empty: the shared reference tiny-qwen2-a
+    const char* vocab;   // in the shared tokenizers folder
+  };
+  const std::map<std::string, Model> models = {{"qwen2.dsl", {"", ""}},
+                                               {"qwen3.dsl", {"qwen3", "ggml-vocab-gpt-2.gguf"}},
+                                               {"llama.dsl", {"llama3", "ggml-vocab-deepseek-coder.gguf"}},
+                                               {"gemma2.dsl", {"gemma2", "ggml-vocab-llama-spm.gguf"}}};
+  std::vector<std::pair<fs::path, Model>> runs;
+  for (const auto& entry : fs::directory_iterator(LUMEN_SOURCE_DIR "/dsl")) {
+    auto it = models.find(entry.path().filename().string());
+    ASSERT_NE(it, models.end()) << entry.path() << ": add its synth preset to this test";
+    runs.emplace_back(entry.path(), it->second);
+  }
+  const fs::path variant = scratch_dir() / "qwen2-unfused-tail.dsl";
+  {
+    std::string text = runtime::testing::read_file(LUMEN_SOURCE_DIR "/dsl/qwen2.dsl");
+    const std::string logits = "return matmul(h, output)";
+    ASSERT_NE(text.find(logits), std::string::npos);
+    // silu(y) * softmax(y) of two computed values is one silu_mul op; the other silu stays one.
+    text.replace(text.find(logits), logits.size(),
+                 "y = matmul(h, output)\n  return softmax(silu(y) * softmax(y) + silu(y))");
+    std::ofstream(variant) << text;
+  }
+  runs.emplace_back(variant, models.at("qwen2.dsl"));
+
+  std::set<std::string> ran;  // profile keys: the op's id_name (a matmul's is followed by its kernel)
+  for (const auto& [dsl_path, m] : runs) {
+    SCOPED_TRACE(dsl_path.string());
+    std::string gguf_path = runtime::testing::tiny_gguf();
+    if (*m.preset) {
+      gguf::SynthConfig config = gguf::synth_preset(m.preset);
+      config.vocab_from = kVocabs + "/" + m.vocab;
+      gguf_path = (scratch_dir() / (dsl_path.stem().string() + "-ops.gguf")).string();
+      gguf::synthesize(config, gguf_path);
+    }
+    runtime::SessionOptions so;
+    so.n_threads = 2;
+    so.n_ctx = 32;
+    so.profile = true;
+    runtime::Session session(runtime::testing::in_process_model(compile(dsl_path.string()), best_isa(cpu_features())),
+                             gguf_path, so);
+    const std::vector<int32_t> tokens = {1, 5, 7};
+    session.eval(tokens);                                    // prefill
+    session.eval(std::span<const int32_t>(&tokens[1], 1));  // a decode step
+    std::istringstream report(session.profile_report());
+    std::string line;
+    std::getline(report, line);  // the header
+    while (std::getline(report, line)) ran.insert(line.substr(0, line.find(' ')));
+  }
+  for (const ops::OpRow& row : ops::kOps) {
+    if (!row.in_program) continue;
+    EXPECT_TRUE(ran.count(row.id_name)) << row.name << ": no dsl/ program runs it";
+  }
+}
 
 // Three attention ops in one layer, each with its own KV cache: the average
 // of two identical attentions, (a + a) * 0.5 == a exactly, plus 0 times a

@@ -272,7 +272,7 @@ Verdict run_pipeline(const std::string& name, const std::string& text, std::set<
     std::string serialized = lumen::program::serialize(p);
     for (const lumen::program::Section s : lumen::program::kSections)
       for (const lumen::program::Op& op : p.ops(s))
-        if (op.kind == lumen::program::OpKind::MatMul)
+        if (op.kind == lumen::ops::OpId::MatMul)
           for (const auto& k : op.schedule.kernels())
             if (kernels_done.insert(lumen::program::to_string(k)).second)
               lumen::codegen::generate_matmul_kernel(lumen::Isa::Avx2, k);

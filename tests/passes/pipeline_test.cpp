@@ -23,7 +23,7 @@
 namespace {
 
 using lumen::ir::Module;
-using lumen::ir::OpKind;
+using lumen::ops::OpId;
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path);
@@ -85,7 +85,7 @@ TEST(Pipeline, LlamaCompilesAndVerifiesAfterEveryPass) {
   ASSERT_TRUE(m.forward.loop.has_value());
   // No biases: Q, K and V still fuse, with no epilogue.
   const auto& qkv = m.forward.loop->body.at(1);
-  EXPECT_EQ(qkv.kind, OpKind::MatMul);
+  EXPECT_EQ(qkv.kind, OpId::MatMul);
   EXPECT_EQ(qkv.weights.size(), 3u);
   EXPECT_EQ(qkv.epilogue, lumen::ir::Epilogue::None);
   const auto* rope = m.forward.loop->body.at(5).attr("mode");
@@ -102,9 +102,9 @@ TEST(Pipeline, Qwen2LayerIsFullyFused) {
   ASSERT_TRUE(m.forward.loop.has_value());
   std::vector<std::string> ops;
   for (const auto& op : m.forward.loop->body) {
-    if (op.kind == OpKind::View) continue;  // column ranges, not work
+    if (op.kind == OpId::View) continue;  // column ranges, not work
     std::string s = lumen::ir::to_string(op.kind);
-    if (op.kind == OpKind::MatMul) {
+    if (op.kind == OpId::MatMul) {
       s += "(";
       for (const auto& w : op.weights) s += w.name + (&w == &op.weights.back() ? "" : ",");
       s += std::string(")/") + lumen::ir::to_string(op.epilogue);
@@ -250,12 +250,12 @@ std::vector<std::string> describe_ops(const lumen::program::Program& p, const st
     s += " out=" + view(op.output);
     for (int w : op.weights) s += " w=" + p.weights.at(static_cast<size_t>(w)).name;
     for (int b : op.biases) s += " b=" + p.weights.at(static_cast<size_t>(b)).name;
-    if (op.kind == lumen::program::OpKind::MatMul) {
+    if (op.kind == lumen::ops::OpId::MatMul) {
       s += std::string(" epilogue=") + lumen::program::to_string(op.epilogue) + " " + to_string(op.schedule.decode_kernel) +
            " " + to_string(op.schedule.prefill_kernel);
       if (op.epilogue == lumen::program::Epilogue::Residual) s += " residual=" + view(op.residual);
     }
-    if (op.kind == lumen::program::OpKind::Rope || op.kind == lumen::program::OpKind::Attention)
+    if (op.kind == lumen::ops::OpId::Rope || op.kind == lumen::ops::OpId::Attention)
       s += " heads=" + std::to_string(hp.eval(op.n_heads.value(), 7)) + " dim=" + std::to_string(hp.eval(op.head_dim.value(), 7));
     out.push_back(s);
   }
@@ -337,13 +337,13 @@ TEST(Lowering, StandaloneSoftmaxBecomesAProgramOp) {
   lumen::program::Program p = lumen::passes::lower_to_program(m);
   ASSERT_FALSE(p.post.empty());
   const lumen::program::Op& softmax = p.post.back();
-  EXPECT_EQ(softmax.kind, lumen::program::OpKind::Softmax);
+  EXPECT_EQ(softmax.kind, lumen::ops::OpId::Softmax);
   ASSERT_EQ(softmax.inputs.size(), 1u);
   EXPECT_EQ(softmax.output.buffer, p.logits_buffer);
   EXPECT_GT(softmax.line, 0);
   // It reads the output matmul's result, in a buffer of its own.
   const lumen::program::Op& logits = p.post.at(p.post.size() - 2);
-  EXPECT_EQ(logits.kind, lumen::program::OpKind::MatMul);
+  EXPECT_EQ(logits.kind, lumen::ops::OpId::MatMul);
   EXPECT_EQ(softmax.inputs[0].buffer, logits.output.buffer);
   EXPECT_NE(softmax.inputs[0].buffer, softmax.output.buffer);
   const std::vector<double> values = {151936, 32768, 896, 24, 4864, 14, 2, 1e6, 1e-6, 64, 128};
@@ -356,7 +356,7 @@ TEST(Lowering, StandaloneSoftmaxBecomesAProgramOp) {
   EXPECT_NE(text.find("post op=Softmax "), std::string::npos);
   lumen::program::Program back = lumen::program::deserialize(text);
   ASSERT_EQ(back.post.size(), p.post.size());
-  EXPECT_EQ(back.post.back().kind, lumen::program::OpKind::Softmax);
+  EXPECT_EQ(back.post.back().kind, lumen::ops::OpId::Softmax);
   EXPECT_EQ(lumen::program::serialize(back), text);
 }
 
@@ -468,8 +468,8 @@ TEST(PlanMemory, RefusesRopeWhoseInputIsReadAfterwards) {
   ASSERT_TRUE(m.forward.loop.has_value());
   // Make attention read the un-rotated Q view: rope can no longer work in place.
   auto& body = m.forward.loop->body;
-  auto rope = std::find_if(body.begin(), body.end(), [](const auto& op) { return op.kind == OpKind::Rope; });
-  auto attention = std::find_if(body.begin(), body.end(), [](const auto& op) { return op.kind == OpKind::Attention; });
+  auto rope = std::find_if(body.begin(), body.end(), [](const auto& op) { return op.kind == OpId::Rope; });
+  auto attention = std::find_if(body.begin(), body.end(), [](const auto& op) { return op.kind == OpId::Attention; });
   attention->operands[0] = rope->operands[0];
   m.memory.reset();
   EXPECT_THROW(lumen::passes::plan_memory(m), lumen::ir::IrError);

@@ -70,7 +70,7 @@ inline std::shared_ptr<const CompiledModel> in_process_model(const program::Prog
   auto kernels = std::make_shared<std::vector<std::unique_ptr<codegen::JitKernel>>>();
   for (const auto* ops : {&program.pre, &program.layer, &program.post})
     for (const program::Op& op : *ops) {
-      if (op.kind != program::OpKind::MatMul) continue;
+      if (op.kind != ::lumen::ops::OpId::MatMul) continue;
       for (const program::KernelId& kernel : op.schedule.kernels()) {
         if (model->kernels.count(kernel) != 0) continue;
         if (reference) {

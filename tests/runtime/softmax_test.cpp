@@ -96,7 +96,7 @@ TEST(Softmax, RunsAsAProgramOpInASession) {
   with_softmax.arena_bytes = probs.offset + logits.cols * Dim::constant(4);
   with_softmax.buffers.push_back(probs);
   program::Op op;
-  op.kind = program::OpKind::Softmax;
+  op.kind = ::lumen::ops::OpId::Softmax;
   op.inputs = {program::View{plain.logits_buffer, Dim::constant(0), logits.cols}};
   op.output = program::View{static_cast<int>(with_softmax.buffers.size() - 1), Dim::constant(0), logits.cols};
   with_softmax.post.push_back(op);

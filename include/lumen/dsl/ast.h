@@ -32,8 +32,11 @@ namespace lumen::dsl::ast {
 
 // ------------------------------------------------------------------ types
 
-enum class DType { F32, F16, Q8_0, I32 };
-const char* to_string(DType t);  // "f32", "f16", "q8_0", "i32"
+// Element types are the one list's (ops/op_list.h): those with `in_dsl`.
+using ops::DType;
+using ops::to_string;
+// "f32, f16, q8_0 or i32": the names of the list's types that `pick` keeps, for messages.
+std::string dtype_names(bool (*pick)(const ops::DTypeRow&));
 
 struct Expr;
 
@@ -166,7 +169,8 @@ struct BinaryExpr : Expr {
       : Expr(kKind, std::move(r)), op(o), lhs(std::move(a)), rhs(std::move(b)) {}
 };
 
-// The builtin functions. Tensor ops (valid in the forward body):
+// The builtin functions. Tensor ops (valid in the forward body; the ops of the
+// list, ops/op_list.h, with `in_dsl`):
 //   embed(table, tokens)                        table[V, D] weight, tokens i32[N] -> f32[N, D]
 //   rms_norm(x, weight, eps)                    f32[N, D], f32[D] weight, float    -> f32[N, D]
 //   matmul(x, w)                                f32[N, K], weight [M, K]           -> f32[N, M]
@@ -186,16 +190,12 @@ struct BinaryExpr : Expr {
 //   key("gguf.key", default = expr)             a GGUF metadata value; "{arch}" expands to the model name
 //   len("gguf.key")                             the length of a GGUF array value
 // Scalar math (anywhere a scalar is expected): sqrt(x), min(a, b), max(a, b).
-enum class Builtin {
-  Unknown,
-  Embed, RmsNorm, MatMul, Add, Mul, Silu, Rope, Attention, Softmax, Last, Scale, Gelu, Softcap,
-  Key, Len,
-  Sqrt, Min, Max,
-};
-const char* to_string(Builtin b);     // the DSL spelling, "rms_norm"
-Builtin builtin_from_name(std::string_view name);  // Unknown if not a builtin
-
-enum class RopeMode { Neox, Normal };
+enum class ScalarFn { Key, Len, Sqrt, Min, Max };
+const char* to_string(ScalarFn f);  // "key", "len", ...
+std::optional<ScalarFn> scalar_fn_from_name(std::string_view name);
+// A tensor op of the list callable from the DSL, by its name.
+std::optional<ops::OpId> dsl_op_from_name(std::string_view name);
+bool is_builtin(std::string_view name);  // a tensor op or a scalar function
 
 struct Argument {
   std::string keyword;  // as written; empty for a positional argument
@@ -208,11 +208,13 @@ struct CallExpr : Expr {
   static constexpr Kind kKind = Kind::Call;
   std::string callee;
   SourceRange callee_range;
-  Builtin builtin = Builtin::Unknown;  // parser, from callee
+  // From callee: the tensor op, or else the scalar function, it names (neither: unknown).
+  std::optional<ops::OpId> op;
+  std::optional<ScalarFn> fn;
   std::vector<Argument> args;
   CallExpr(SourceRange r, std::string c, SourceRange cr)
       : Expr(kKind, std::move(r)), callee(std::move(c)), callee_range(std::move(cr)),
-        builtin(builtin_from_name(callee)) {}
+        op(dsl_op_from_name(callee)), fn(scalar_fn_from_name(callee)) {}
 
   // The argument bound to the builtin parameter `param` (after sema), e.g.
   // find("heads"); nullptr when it was not given (the default applies).

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "lumen/ops/dim.h"
+#include "lumen/ops/op_list.h"
 
 namespace lumen::ir {
 
@@ -28,9 +29,11 @@ namespace lumen::ir {
 using ops::Dim;
 
 // ------------------------------------------------------------------ types
-enum class DType : uint8_t { F32, F16, Q8_0, ActQ8, I32 };
-const char* to_string(DType t);  // "f32", "f16", "q8_0", "act_q8", "i32"
-std::optional<DType> parse_dtype(std::string_view text);
+// Element types, operators and epilogues are the one list's (ops/op_list.h).
+using ops::DType;
+using ops::Epilogue;
+using ops::OpId;
+using ops::to_string;
 
 // A tensor type. `known == false` is the open type `?` the lowering may leave
 // for infer_shapes to fill in.
@@ -96,32 +99,6 @@ struct WeightRef {
 using ValueId = int;  // index into Function::values
 constexpr ValueId kNoValue = -1;
 
-enum class OpKind : uint8_t {
-  Embed,         // embed @table, %tokens            -> f32[N, cols]
-  RmsNorm,       // rms_norm %x, @w {eps[, heads]}    -> f32, shape of x (with heads: per head, @w one head wide)
-  RmsNormQuant,  // rms_norm_quant %x, @w {eps}       -> act_q8, shape of x
-  Quantize,      // quantize %x                       -> act_q8, shape of x
-  MatMul,        // matmul %x, @w... {epilogue...}    -> f32[rows, sum of weight rows]
-  Rope,          // rope %x[, @freqs] {heads, dim, base, mode} -> shape of x (@freqs: dim/2 frequency divisors)
-  Attention,     // attention %q, %k, %v {heads, kv_heads, dim[, scale | scale_rsqrt][, softcap]
-                 //   [, window[, window_pattern]]} -> shape of q
-  Add,           // add %a, %b | add %a, @w           -> shape of a
-  Mul,           // mul %a, %b | mul %a, @w           -> shape of a
-  Silu,          // silu %x
-  SiluMul,       // silu_mul %gate, %up
-  Softmax,       // softmax %x (over the last dim)
-  Last,          // last %x                           -> [1, cols]
-  Scale,         // scale %x {factor | factor_sqrt}   -> x * factor (a param) or * sqrt(factor_sqrt) (a dim)
-  Gelu,          // gelu %x                           -> GELU, tanh approximation, as ggml
-  Softcap,       // softcap %x {cap}                  -> cap * tanh(x / cap)
-  View,          // view %x {offset, cols}            -> columns [offset, offset+cols) of x
-};
-const char* to_string(OpKind k);  // the text-form op name, "rms_norm"
-std::optional<OpKind> parse_op_kind(std::string_view text);
-
-enum class Epilogue : uint8_t { None, Bias, Residual, BiasResidual, SiluMul };
-const char* to_string(Epilogue e);  // "none", "bias", "residual", "bias_residual", "silu_mul"
-
 // A typed attribute value. Param references (`eps = rms_eps`) are strings
 // naming a param; enums (`mode = neox`) are identifiers; kernel names are
 // quoted strings.
@@ -141,7 +118,7 @@ struct Attr {
 };
 
 struct Op {
-  OpKind kind = OpKind::Add;
+  OpId kind = OpId::Add;
   ValueId result = kNoValue;
   std::vector<ValueId> operands;
   std::vector<WeightRef> weights;

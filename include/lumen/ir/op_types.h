@@ -24,8 +24,6 @@ class OpTypes {
   bool equal(const Type& a, const Type& b) const;  // both known
   const ops::DimFacts& facts() const { return facts_; }
 
-  // The table's entry for an IR op kind.
-  static const ops::OpInfo& info(OpKind kind);
   // The call the table's rule sees for `op`: operands by the entry's specs
   // (an `Either` operand is a value, else a weight), attributes, matmul's
   // epilogue. nullopt with `why` when an operand's type or weight is unknown.

@@ -1,8 +1,9 @@
-// The table of operators: for each op its operands (count and role), its
-// attributes (name, kind, required or optional), and its type rule (the
-// check and the result type). Sema, the IR verifier, shape inference and the
-// runtime's binding check all ask this table; adding an op is one entry here
-// (plus its lowering and its kernel).
+// The table of operators: for each op of the list (ops/op_list.h) its
+// operands (count and role), its attributes (name, kind, required or
+// optional), and its type rule (the check and the result type). Sema, the IR
+// verifier, shape inference and the runtime's binding check all ask this
+// table; adding an op is a row of the list and its entry here (plus its
+// kernel).
 //
 // The rule sees operand types with symbolic dims (ops/sym_dim.h) and answers
 // with the result type or with what is wrong and where (an operand or an
@@ -18,12 +19,10 @@
 #include <string_view>
 #include <vector>
 
+#include "lumen/ops/op_list.h"
 #include "lumen/ops/sym_dim.h"
 
 namespace lumen::ops {
-
-enum class DType : uint8_t { F32, F16, Q8_0, ActQ8, I32 };
-const char* to_string(DType t);  // "f32", "f16", "q8_0", "act_q8", "i32"
 
 // One dim of a tensor type: the expression (what a result type carries on)
 // and its canonical form (what equality compares).
@@ -38,11 +37,6 @@ struct TensorType {
   DType dtype = DType::F32;
   std::vector<ShapeDim> shape;
   std::string str() const;  // "f32[N, n_embd]"
-};
-
-enum class OpId : uint8_t {
-  Embed, RmsNorm, RmsNormQuant, Quantize, MatMul, Rope, Attention, Add, Mul, Silu, SiluMul, Softmax, Last, Scale,
-  Gelu, Softcap, View,
 };
 
 enum class Role : uint8_t {
@@ -81,9 +75,8 @@ struct OpCall {
   std::vector<bool> is_weight;  // per operand
   std::map<std::string, ShapeDim> sizes;
   std::map<std::string, std::string> choices;
-  // matmul only: the fused epilogue ("none", "bias", "residual",
-  // "bias_residual", "silu_mul"), its biases and its residual.
-  std::string epilogue = "none";
+  // matmul only: the fused epilogue, its biases and its residual.
+  Epilogue epilogue = Epilogue::None;
   std::vector<TensorType> biases;
   std::optional<TensorType> residual;
   ShapeDim tokens = {Dim::tokens(), SymDim::tokens()};  // N: the runtime passes the batch size
@@ -102,15 +95,17 @@ struct Verdict {
 
 struct OpInfo {
   OpId id;
-  const char* name;  // the IR name, and the DSL builtin's name when `in_dsl`
-  bool in_dsl;       // callable from the DSL (the others are made by passes)
   std::vector<OperandSpec> operands;
   std::vector<AttrSpec> attrs;
   Verdict (*rule)(const OpCall&);
   bool per_layer_state;  // keeps state per layer (attention's KV cache): only in the layer loop body (one state per op)
   const char* summary;
+  // From the list (ops/op_list.h):
+  const char* name = nullptr;  // the IR name, and the DSL builtin's name when `in_dsl`
+  bool in_dsl = false;         // callable from the DSL (the others are made by passes)
 };
 
+// One entry per op of the list, indexed by OpId.
 const std::vector<OpInfo>& op_table();
 const OpInfo& op_info(OpId id);
 const OpInfo* find_op(std::string_view name);

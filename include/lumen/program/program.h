@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "lumen/ops/dim.h"
+#include "lumen/ops/op_list.h"
 #include "lumen/target/isa.h"
 
 namespace lumen::program {
@@ -27,14 +28,12 @@ namespace lumen::program {
 using ops::Dim;
 
 // ------------------------------------------------------------ model interface
-enum class DType : uint8_t {
-  F32,
-  F16,
-  Q8_0,   // GGUF weights: 34-byte blocks of 32
-  ActQ8,  // activations quantized per 32-block for the matmul kernels (see kernel_abi.h)
-  I32,
-};
-const char* to_string(DType t);
+// Element types, operators and matmul epilogues are the one list's (ops/op_list.h);
+// the program text spells them by their enumerator ("Q8_0", "RmsNorm").
+using ops::DType;
+using ops::Epilogue;
+using ops::OpId;
+using ops::to_string;
 
 struct HParam {
   enum class Kind : uint8_t { Int, Float };
@@ -101,37 +100,8 @@ struct View {
 };
 
 // --------------------------------------------------------------------- ops
-enum class OpKind : uint8_t {
-  Embed,         // out[n,:] = dequantize(weights[0][token[n], :])
-  RmsNorm,       // out = x * (1/sqrt(mean(x^2)+eps)) * weights[0]           (F32 out);
-                 // with n_heads set, per group of cols/n_heads (weights[0] one group wide)
-  RmsNormQuant,  // out = quantize_act(RmsNorm(x))                            (ActQ8 out)
-  Quantize,      // out = quantize_act(x)
-  MatMul,        // out = epilogue(x · Wᵀ), W = rows of weights[] concatenated
-  Rope,          // in place on inputs[0]: rotate each head of head_dim (weights[0], if any:
-                 // head_dim/2 frequency divisors)
-  Attention,     // causal GQA softmax attention over this op's KV cache (one per attention
-                 // op and layer); stores inputs[1] (K) and inputs[2] (V) for the batch first
-  Add,           // out = in0 + in1
-  Mul,           // out = in0 * in1 (in1 may be a weight row broadcast: weights[0])
-  Silu,          // out = in0 * sigmoid(in0)
-  SiluMul,       // out = silu(in0) * in1
-  TakeLast,      // out[0,:] = in0[N-1,:]
-  Softmax,       // out = softmax(in0) over each row: exp(x - max(row)) / sum, the sum in double
-  Scale,         // out = in0 * s, s = hparams[scalar_hparam] or sqrtf(scalar_sqrt)
-  Gelu,          // out = gelu(in0), tanh approximation through an f16 table as ggml
-  Softcap,       // out = s * tanh(in0 / s), s = hparams[scalar_hparam]
-};
-const char* to_string(OpKind k);
-
-enum class Epilogue : uint8_t {
-  None,
-  Bias,          // + bias[m]                            (biases[] concatenated like weights[])
-  Residual,      // + residual[n, m]  (residual may be the output itself)
-  BiasResidual,  // + bias[m] + residual[n, m]
-  SiluMul,       // weights = {gate, up}: out[n,m] = silu(gate·x) * (up·x); out cols = gate rows
-};
-const char* to_string(Epilogue e);
+// The ops of the list with `in_program` (ops/op_table.h summarizes each);
+// how each reads the fields of Op is docs/runtime.md's.
 
 enum class RopeMode : uint8_t { Normal, Neox };
 
@@ -201,7 +171,7 @@ struct MatMulSchedule {
 };
 
 struct Op {
-  OpKind kind = OpKind::Add;
+  OpId kind = OpId::Add;
   std::vector<View> inputs;
   View output;
   std::vector<int> weights;  // indices into Program::weights
@@ -225,7 +195,7 @@ struct Op {
   std::optional<Dim> window;          // sliding window in positions; absent: none
   std::optional<Dim> window_pattern;  // layer l has the window iff pattern == 0 || l % pattern < pattern - 1
                                       // (llama.cpp's swa pattern); absent: every layer
-  // Scale, Softcap: the scalar (an hparam, or for Scale the square root of a size).
+  // The op's scalar attribute (scale's factor, a cap): an hparam, or the square root of a size.
   int scalar_hparam = -1;
   std::optional<Dim> scalar_sqrt;
   int line = 0;              // DSL source line that produced the op (for profiles)
