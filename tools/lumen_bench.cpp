@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/command_line.h"
 #include "cli/session_flags.h"
 #include "lumen/common/internal_error.h"
 #include "lumen/target/int8_peak.h"

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/command_line.h"
 #include "cli/sampler_flags.h"
 #include "cli/session_flags.h"
 #include "lumen/codegen/codegen.h"

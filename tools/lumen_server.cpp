@@ -18,6 +18,7 @@
 #include <string>
 #include <thread>
 
+#include "cli/command_line.h"
 #include "cli/session_flags.h"
 #include "lumen/common/internal_error.h"
 #include "lumen/runtime/compiled_model.h"

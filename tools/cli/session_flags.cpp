@@ -2,8 +2,6 @@
 // here and nowhere else.
 #include "cli/session_flags.h"
 
-#include <cstdio>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,17 +61,6 @@ void add_session_flags(CLI::App& app, SessionFlags& flags, SessionFlagSet set) {
                "$XDG_CACHE_HOME/lumen or ~/.cache/lumen)");
   app.add_flag("--pack-cache-read", flags.pack_cache_read,
                "read the packed-weight cache into memory instead of mapping the file in place");
-}
-
-std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv) {
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);  // --help
-    std::fprintf(stderr, "%s: error: %s\n", app.get_name().c_str(), e.what());
-    return 2;
-  }
-  return std::nullopt;
 }
 
 }  // namespace lumen::cli

@@ -7,7 +7,6 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,10 +39,5 @@ struct SessionFlagSet {
 
 // Adds the flags to `app`, storing into `flags` (which must outlive the parse).
 void add_session_flags(CLI::App& app, SessionFlags& flags, SessionFlagSet set = {});
-
-// Parses the command line. Returns the exit code when the tool should stop
-// here: 0 after --help, 2 after a usage error, printed as one line
-// "NAME: error: ..." (NAME is the app's name).
-std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv);
 
 }  // namespace lumen::cli
