@@ -245,10 +245,11 @@ class Sema {
   // ------------------------------------------------- symbolic dims
 
   // An int expression as a size (ops/dim.h). Anything else (an erroneous or
-  // float expression) is a param named by its text, equal only to itself.
+  // float expression) is a param named by its source text, which no int
+  // param can be: equal only to itself, and messages show the source.
   static ops::Dim size_of(const Expr& e) {
     if (auto d = to_dim(e)) return *d;
-    return ops::Dim::param("(" + to_string(e) + ")");
+    return ops::Dim::param(to_string(e));
   }
   // Its canonical form (ops/sym_dim.h), lets replaced by their definitions.
   ops::SymDim sym(const Expr& e) const { return ops::SymDim::of(size_of(e), let_dims_); }

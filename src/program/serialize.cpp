@@ -124,7 +124,7 @@ class TextWriter {
     d.for_each_param([&](const std::string& name) {
       bool named = false;
       for (const std::string& ref : hparams_) named |= ref == name;
-      if (!named) throw std::invalid_argument("serialize: a size uses '" + name + "', which names no one hparam");
+      if (!named) throw std::invalid_argument("serialize: a size uses '" + name + "', which is not the name of exactly one hparam");
     });
     return d.str();
   }
