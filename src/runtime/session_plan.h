@@ -72,8 +72,6 @@ struct Plan {
 struct PostTemplate {
   bool batchable = false;
   std::vector<ROp> ops;
-  std::vector<std::vector<bool>> side_in;  // per op and input: a side buffer (else TakeLast's source)
-  std::vector<bool> side_out, side_residual;
   RView logits;
 };
 
