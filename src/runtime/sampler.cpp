@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "lumen/runtime/sampler.h"
+#include "lumen/text/tokenizer.h"
 
 namespace lumen {
 
@@ -235,8 +236,7 @@ std::string TextStreamer::push(std::string_view piece) {
     for (size_t back = 1; back <= 3 && back <= safe - emitted_; ++back) {
       const auto byte = static_cast<unsigned char>(text_[safe - back]);
       if ((byte & 0xC0) == 0x80) continue;
-      const size_t length = byte >= 0xF0 ? 4 : byte >= 0xE0 ? 3 : byte >= 0xC0 ? 2 : 1;
-      if (byte < 0xF8 && length > back) safe -= back;
+      if (unicode::utf8_sequence_length(byte) > back) safe -= back;
       break;
     }
   }

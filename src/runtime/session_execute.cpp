@@ -10,7 +10,7 @@
 
 #include "lumen/common/internal_error.h"
 #include "lumen/common/numeric.h"
-#include "lumen/runtime/ops.h"
+#include "lumen/runtime/kernels.h"
 #include "session_impl.h"
 
 namespace lumen::runtime {
@@ -66,8 +66,8 @@ void Session::Impl::run_attention(const ROp& r, int64_t layer, int64_t n) {
     uint8_t* vc = kv.v(layer, r.kv_slot, row_slot[static_cast<size_t>(t)]);
     const int64_t at = row_pos[static_cast<size_t>(t)] * kv_dim * kv_elem;
     if (f16) {
-      ops::to_f16(r.in[1].f32(t), reinterpret_cast<uint16_t*>(kc + at), kv_dim);
-      ops::to_f16(r.in[2].f32(t), reinterpret_cast<uint16_t*>(vc + at), kv_dim);
+      kernels::to_f16(r.in[1].f32(t), reinterpret_cast<uint16_t*>(kc + at), kv_dim);
+      kernels::to_f16(r.in[2].f32(t), reinterpret_cast<uint16_t*>(vc + at), kv_dim);
     } else {
       std::memcpy(kc + at, r.in[1].f32(t), static_cast<size_t>(kv_dim) * sizeof(float));
       std::memcpy(vc + at, r.in[2].f32(t), static_cast<size_t>(kv_dim) * sizeof(float));
@@ -95,7 +95,7 @@ void Session::Impl::run_attention(const ROp& r, int64_t layer, int64_t n) {
     const int64_t t0 = run.row0 + blk.t0, kv_head = task % r.n_heads_kv;
     const uint8_t* kc = kv.k(layer, r.kv_slot, run.slot);
     const uint8_t* vc = kv.v(layer, r.kv_slot, run.slot);
-    ops::AttentionBlock b{};
+    kernels::AttentionBlock b{};
     b.q = r.in[0].f32(t0) + kv_head * group * r.head_dim;
     b.q_token_stride = r.in[0].stride / static_cast<int64_t>(sizeof(float));
     b.k = kc + kv_head * r.head_dim * kv_elem;
@@ -111,9 +111,9 @@ void Session::Impl::run_attention(const ROp& r, int64_t layer, int64_t n) {
     b.out = r.out.f32(t0) + kv_head * group * r.head_dim;
     b.out_token_stride = r.out.stride / static_cast<int64_t>(sizeof(float));
     if (f16)
-      ops::attention_block_f16(b);
+      kernels::attention_block_f16(b);
     else
-      ops::attention_block_f32(b);
+      kernels::attention_block_f32(b);
   });
 }
 
@@ -144,10 +144,10 @@ void Session::Impl::run_op(const ROp& r, Section section, size_t index, int64_t 
       const int64_t cols = r.in[0].cols, group = r.head_dim;
       pool->parallel_for(rows, [&](int64_t i, int thread) {
         if (op.kind == OpId::RmsNorm) {
-          for (int64_t c = 0; c < cols; c += group) ops::rms_norm(r.in[0].f32(i) + c, w, r.out.f32(i) + c, group, r.eps);
+          for (int64_t c = 0; c < cols; c += group) kernels::rms_norm(r.in[0].f32(i) + c, w, r.out.f32(i) + c, group, r.eps);
         } else {
           float* tmp = scratch[static_cast<size_t>(thread)].row.data();
-          for (int64_t c = 0; c < cols; c += group) ops::rms_norm(r.in[0].f32(i) + c, w, tmp + c, group, r.eps);
+          for (int64_t c = 0; c < cols; c += group) kernels::rms_norm(r.in[0].f32(i) + c, w, tmp + c, group, r.eps);
           quantize_act(tmp, r.out.act(i), cols);
         }
       });
@@ -168,8 +168,8 @@ void Session::Impl::run_op(const ROp& r, Section section, size_t index, int64_t 
         if (!target.same_place(r.in[0]))
           std::memcpy(x, r.in[0].f32(i), static_cast<size_t>(r.in[0].cols) * sizeof(float));
         float* cos_sin = scratch[static_cast<size_t>(thread)].cos_sin.data();
-        ops::rope_angles(row_pos[static_cast<size_t>(i)], r.head_dim, r.rope_base, cos_sin, freq_factors);
-        ops::rope(x, r.n_heads, r.head_dim, cos_sin, op.rope_mode);
+        kernels::rope_angles(row_pos[static_cast<size_t>(i)], r.head_dim, r.rope_base, cos_sin, freq_factors);
+        kernels::rope(x, r.n_heads, r.head_dim, cos_sin, op.rope_mode);
       });
       break;
     }
@@ -190,15 +190,15 @@ void Session::Impl::run_op(const ROp& r, Section section, size_t index, int64_t 
           switch (op.kind) {
             case OpId::Add: y[c] = a[c] + b[c]; break;
             case OpId::Mul: y[c] = a[c] * b[c]; break;
-            case OpId::Silu: y[c] = ops::silu(a[c]); break;
-            default: y[c] = ops::silu(a[c]) * b[c]; break;
+            case OpId::Silu: y[c] = kernels::silu(a[c]); break;
+            default: y[c] = kernels::silu(a[c]) * b[c]; break;
           }
         }
       });
       break;
     }
     case OpId::Softmax:
-      pool->parallel_for(rows, [&](int64_t i, int) { ops::softmax_row(r.in[0].f32(i), r.out.f32(i), r.in[0].cols); });
+      pool->parallel_for(rows, [&](int64_t i, int) { kernels::softmax_row(r.in[0].f32(i), r.out.f32(i), r.in[0].cols); });
       break;
     case OpId::Scale:
     case OpId::Gelu:
@@ -208,11 +208,11 @@ void Session::Impl::run_op(const ROp& r, Section section, size_t index, int64_t 
         float* y = r.out.f32(i);
         const int64_t cols = r.in[0].cols;
         if (op.kind == OpId::Scale)
-          ops::scale(x, y, cols, r.scalar);
+          kernels::scale(x, y, cols, r.scalar);
         else if (op.kind == OpId::Gelu)
-          ops::gelu(x, y, cols);
+          kernels::gelu(x, y, cols);
         else
-          ops::softcap(x, y, cols, r.scalar);
+          kernels::softcap(x, y, cols, r.scalar);
       });
       break;
     case OpId::Last:

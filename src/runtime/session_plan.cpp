@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "lumen/ops/op_table.h"
-#include "lumen/runtime/ops.h"
+#include "lumen/runtime/kernels.h"
 #include "session_impl.h"
 
 namespace lumen::runtime {
@@ -20,7 +20,7 @@ using program::DType;
 using program::Op;
 using ::lumen::ops::OpId;
 using program::Section;
-using ops::kMaxHeadDim;
+using kernels::kMaxHeadDim;
 
 const Plan& Session::Impl::plan_for(int64_t n) {
   auto found = plans.find(n);
@@ -256,7 +256,7 @@ const std::vector<ROp>& Session::Impl::post_plan_for(int64_t k) {
 
 namespace {
 
-namespace op_table = ::lumen::ops;  // (runtime/ops.h is the runtime's own lumen::runtime::ops)
+namespace op_table = ::lumen::ops;  // the op table (lumen/ops/op_table.h)
 
 // A resolved view as the table sees it: [rows, cols], or [rows] for token ids.
 op_table::TensorType table_type(const RView& v) {

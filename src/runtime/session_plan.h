@@ -67,8 +67,6 @@ struct Plan {
 struct PostTemplate {
   bool batchable = false;
   std::vector<ROp> ops;
-  std::vector<std::vector<bool>> side_in;  // per op and input: a side buffer (else Last's source)
-  std::vector<bool> side_out, side_residual;
   RView logits;
 };
 

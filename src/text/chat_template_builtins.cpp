@@ -65,7 +65,7 @@ bool test_le(TestCall& t) { return t.in.order(t.v, t.arg0(), "<=", t.pos) <= 0; 
 bool test_gt(TestCall& t) { return t.in.order(t.v, t.arg0(), ">", t.pos) > 0; }
 bool test_ge(TestCall& t) { return t.in.order(t.v, t.arg0(), ">=", t.pos) >= 0; }
 bool test_in(TestCall& t) { return t.in.contains(t.arg0(), t.v, t.pos); }
-bool test_even(TestCall& t) {
+bool test_divisible(TestCall& t) {
   if (t.v.kind != Value::Kind::Int && t.v.kind != Value::Kind::Bool) {
     if (t.v.is_undefined()) Interpreter::undefined_error(t.v, t.pos);
     fail_at(t.pos, "the test '" + t.name + "' needs an integer");
@@ -117,9 +117,9 @@ const std::unordered_map<std::string, Test>& tests() {
       {"ge", test_ge},
       {">=", test_ge},
       {"in", test_in},
-      {"even", test_even},
-      {"odd", test_even},
-      {"divisibleby", test_even},
+      {"even", test_divisible},
+      {"odd", test_divisible},
+      {"divisibleby", test_divisible},
       {"lower", test_lower},
       {"upper", test_upper},
       {"filter", test_filter},

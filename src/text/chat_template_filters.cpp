@@ -158,7 +158,7 @@ Value do_default(FilterCall& call) {
   return call.v;
 }
 
-Value do_first(FilterCall& call) {
+Value do_first_or_last(FilterCall& call) {
   std::vector<Value> items = call.items();
   if (items.empty()) return Value::undefined("No " + call.name + " item, sequence was empty.");
   return call.name == "first" ? items.front() : items.back();
@@ -217,7 +217,7 @@ Value do_reverse(FilterCall& call) {
   return Value::make_list(std::move(items));
 }
 
-Value do_select(FilterCall& call) {
+Value do_select_or_reject(FilterCall& call) {
   const bool by_attr = call.name.size() > 6;
   return generator(truthy(call.v) ? select_items(call.in, call.items(), call.a, call.name[0] == 's', by_attr, call.pos) : std::vector<Value>{});
 }
@@ -359,7 +359,7 @@ Value do_sum(FilterCall& call) {
   return acc;
 }
 
-Value do_min(FilterCall& call) {
+Value do_min_or_max(FilterCall& call) {
   std::vector<Value> items = call.items();
   if (items.empty()) return Value::undefined("No " + call.name + " item, sequence was empty.");
   Value best = items[0];
@@ -440,17 +440,17 @@ const std::unordered_map<std::string, Filter>& filters() {
       {"items", do_items},
       {"default", do_default},
       {"d", do_default},
-      {"first", do_first},
-      {"last", do_first},
+      {"first", do_first_or_last},
+      {"last", do_first_or_last},
       {"list", do_list},
       {"unique", do_unique},
       {"join", do_join},
       {"replace", do_replace},
       {"reverse", do_reverse},
-      {"select", do_select},
-      {"reject", do_select},
-      {"selectattr", do_select},
-      {"rejectattr", do_select},
+      {"select", do_select_or_reject},
+      {"reject", do_select_or_reject},
+      {"selectattr", do_select_or_reject},
+      {"rejectattr", do_select_or_reject},
       {"map", do_map},
       {"int", do_int},
       {"float", do_float},
@@ -462,8 +462,8 @@ const std::unordered_map<std::string, Filter>& filters() {
       {"dictsort", do_dictsort},
       {"sort", do_sort},
       {"sum", do_sum},
-      {"min", do_min},
-      {"max", do_min},
+      {"min", do_min_or_max},
+      {"max", do_min_or_max},
       {"indent", do_indent},
       {"attr", do_attr},
       {"format", do_format},

@@ -118,8 +118,8 @@ class Interpreter {
 
   const RenderOptions& opt_;
   std::vector<std::unordered_map<std::string, Value>> frames_;
-  size_t base_ = 0;
-  Value pending_caller_;  // frames below this (except the globals) are invisible (macro scope)
+  size_t base_ = 0;       // frames below this (except the globals) are invisible (macro scope)
+  Value pending_caller_;  // the caller() a call block hands to the macro it calls
   std::string out_;
   int64_t steps_ = 0;
   int loop_depth_ = 0;

@@ -45,7 +45,7 @@ Value str_lower(StrCall& m) { return Value::string(to_lower(m.s)); }
 Value str_title(StrCall& m) { return Value::string(py_title(m.s)); }
 Value str_capitalize(StrCall& m) { return Value::string(py_capitalize(m.s)); }
 
-Value str_startswith(StrCall& m) {
+Value str_starts_or_ends_with(StrCall& m) {
   const bool starts = m.name == "startswith";
   if (m.a.positional.empty()) fail_at(m.a.pos, "startswith/endswith takes a prefix");
   const Value& p = m.a.positional[0];
@@ -149,7 +149,7 @@ Value str_replace(StrCall& m) {
   return Value::string(py_replace(m.s, m.a.positional[0].s, m.a.positional[1].s, ar.get_int(2, "count", -1)));
 }
 
-Value str_find(StrCall& m) {
+Value str_search(StrCall& m) {
   if (m.a.positional.empty() || !m.a.positional[0].is_string()) fail_at(m.a.pos, m.name + "() takes a string");
   const std::string& sub = m.a.positional[0].s;
   if (m.name == "count") {
@@ -179,7 +179,7 @@ Value str_join(StrCall& m) {
   return Value::string(std::move(out));
 }
 
-Value str_isdigit(StrCall& m) {
+Value str_is_class(StrCall& m) {
   if (m.s.empty()) return Value::boolean(false);
   bool any_cased = false;
   for (char ch : m.s) {
@@ -207,23 +207,23 @@ const std::unordered_map<std::string, StrMethod>& str_methods() {
       {"lower", str_lower},
       {"title", str_title},
       {"capitalize", str_capitalize},
-      {"startswith", str_startswith},
-      {"endswith", str_startswith},
+      {"startswith", str_starts_or_ends_with},
+      {"endswith", str_starts_or_ends_with},
       {"split", str_split},
       {"rsplit", str_split},
       {"splitlines", str_splitlines},
       {"replace", str_replace},
-      {"find", str_find},
-      {"rfind", str_find},
-      {"count", str_find},
-      {"index", str_find},
+      {"find", str_search},
+      {"rfind", str_search},
+      {"count", str_search},
+      {"index", str_search},
       {"join", str_join},
-      {"isdigit", str_isdigit},
-      {"isalpha", str_isdigit},
-      {"isspace", str_isdigit},
-      {"isalnum", str_isdigit},
-      {"isupper", str_isdigit},
-      {"islower", str_isdigit},
+      {"isdigit", str_is_class},
+      {"isalpha", str_is_class},
+      {"isspace", str_is_class},
+      {"isalnum", str_is_class},
+      {"isupper", str_is_class},
+      {"islower", str_is_class},
       {"format", str_format},
   };
   return table;
@@ -235,7 +235,7 @@ Value dict_items(DictCall& m) {
   return Value::make_list(std::move(items));
 }
 
-Value dict_keys(DictCall& m) {
+Value dict_keys_or_values(DictCall& m) {
   const bool keys = m.name == "keys";
   std::vector<Value> items;
   for (const auto& [k, v] : m.d->items) items.push_back(keys ? k : v);
@@ -257,8 +257,8 @@ Value dict_copy(DictCall& m) {
 const std::unordered_map<std::string, DictMethod>& dict_methods() {
   static const std::unordered_map<std::string, DictMethod> table = {
       {"items", dict_items},
-      {"keys", dict_keys},
-      {"values", dict_keys},
+      {"keys", dict_keys_or_values},
+      {"values", dict_keys_or_values},
       {"get", dict_get},
       {"copy", dict_copy},
   };

@@ -932,29 +932,4 @@ std::vector<int32_t> Tokenizer::encode_prompt(std::string_view text) const {
   return ids;
 }
 
-// ---------------------------------------------------------------------------
-// Utf8Streamer
-
-std::string Utf8Streamer::push(std::string_view bytes) {
-  pending_.append(bytes);
-  // Find the start of the last sequence (at most 3 continuation bytes back).
-  size_t keep_from = pending_.size();
-  for (size_t back = 1; back <= 4 && back <= pending_.size(); ++back) {
-    const auto byte = static_cast<uint8_t>(pending_[pending_.size() - back]);
-    if ((byte & 0xC0) == 0x80) continue;  // continuation: keep looking for the lead
-    const size_t needed = unicode::utf8_sequence_length(byte);
-    if (byte >= 0xC0 && needed > back) keep_from = pending_.size() - back;  // incomplete: hold it
-    break;
-  }
-  std::string ready = pending_.substr(0, keep_from);
-  pending_.erase(0, keep_from);
-  return ready;
-}
-
-std::string Utf8Streamer::flush() {
-  std::string rest;
-  rest.swap(pending_);
-  return rest;
-}
-
 }  // namespace lumen

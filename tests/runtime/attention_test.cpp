@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "lumen/common/numeric.h"
-#include "lumen/runtime/ops.h"
+#include "lumen/runtime/kernels.h"
 
-namespace lumen::runtime::ops {
+namespace lumen::runtime::kernels {
 namespace {
 
 struct Shape {
@@ -196,4 +196,4 @@ TEST(Rope, FrequencyFactorsDivideEachPairsAngle) {
 }
 
 }  // namespace
-}  // namespace lumen::runtime::ops
+}  // namespace lumen::runtime::kernels

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -27,7 +28,7 @@
 #include "lumen/runtime/pack_cache.h"
 #include "lumen/runtime/sampler.h"
 #include "lumen/runtime/session.h"
-#include "lumen/text/chat.h"
+#include "lumen/text/chat_template.h"
 #include "lumen/text/tokenizer.h"
 #include "runtime_support.h"
 #include "support/tolerances.h"
@@ -193,19 +194,23 @@ Greedy greedy(Session& session, const Tokenizer& tok, const std::vector<int32_t>
   return g;
 }
 
-// --chat wraps the prompt in ChatML with the default system prompt: the
-// prompt token count is that of chat_prompt(), and the text is the greedy
-// continuation of those tokens. -i reads one user turn per line, prompts
-// with "> " for each, prints one reply per turn, and keeps the conversation
-// in the KV cache: turn 2 continues the context of turn 1 and its reply.
+// --chat renders the prompt with the GGUF's chat template (Qwen's: it adds
+// the default system prompt): the prompt token count is that of the render,
+// and the text is the greedy continuation of those tokens. -i reads one user
+// turn per line, prompts with "> " for each, prints one reply per turn, and
+// keeps the conversation in the KV cache: turn 2 evaluates only what the
+// render of the whole conversation adds to turn 1 and its reply.
 TEST_F(Cli, ChatAndInteractiveRun) {
   const gguf::File file = gguf::File::open(testing::tiny_gguf());
   const Tokenizer tok = Tokenizer::from_gguf(file);
   const std::shared_ptr<const CompiledModel> model = testing::qwen2_model();
+  bool used_chatml = false;
+  const chat::ChatTemplate tmpl = chat::load_chat_template(file, testing::tiny_gguf(), std::nullopt, &used_chatml);
+  ASSERT_FALSE(used_chatml);
 
   Result chat = run({model_so_, "--gguf", testing::tiny_gguf(), "--chat", "--prompt", "Hi", "-n", "4", "--temp", "0"});
   ASSERT_EQ(chat.exit_code, 0) << chat.err;
-  const std::vector<int32_t> chat_ids = encode_prompt(tok, chat_prompt("Hi"));
+  const std::vector<int32_t> chat_ids = encode_prompt(tok, chat::render_chat(tmpl, {{"user", "Hi"}}, true));
   EXPECT_GT(chat_ids.size(), 20u);  // the system prompt is there
   EXPECT_NE(chat.err.find("prompt " + std::to_string(chat_ids.size()) + " tokens"), std::string::npos) << chat.err;
   {
@@ -222,13 +227,18 @@ TEST_F(Cli, ChatAndInteractiveRun) {
     ++prompts;
   EXPECT_EQ(prompts, 3u) << interactive.err;
   Session session(model, testing::tiny_gguf());
-  ChatConversation conversation;
-  const std::vector<int32_t> turn1 = encode_prompt(tok, conversation.add_user("first question"));
+  std::vector<chat::Message> messages{{"user", "first question"}};
+  const std::string render1 = chat::render_chat(tmpl, messages, true);
+  const std::vector<int32_t> turn1 = encode_prompt(tok, render1);
   const Greedy reply1 = greedy(session, tok, turn1, 3);
-  conversation.add_assistant(reply1.text, /*im_end_in_context=*/false);
   if (reply1.ids.size() == 3)  // cut by -n: lumen-run evaluates the last token too, so the context holds the reply
     (void)session.eval(std::span<const int32_t>(&reply1.ids.back(), 1));
-  const std::vector<int32_t> turn2 = encode_prompt(tok, conversation.add_user("second question"));
+  messages.push_back({"assistant", reply1.text});
+  messages.push_back({"user", "second question"});
+  const std::string render2 = chat::render_chat(tmpl, messages, true);
+  const std::string fed = render1 + reply1.text;
+  ASSERT_EQ(render2.compare(0, fed.size(), fed), 0) << "the template rewrites history";
+  const std::vector<int32_t> turn2 = tok.encode(render2.substr(fed.size()), /*parse_special=*/true);
   const Greedy reply2 = greedy(session, tok, turn2, 3);
   EXPECT_EQ(interactive.out, reply1.text + "\n" + reply2.text + "\n");
   EXPECT_NE(interactive.err.find("prompt " + std::to_string(turn1.size() + turn2.size()) + " tokens"),

@@ -1,7 +1,9 @@
 // Sampler tests: greedy, each filter of the chain on hand-made distributions,
-// penalties, seeded reproducibility, a full-size vocabulary, and stop-string
-// streaming.
+// penalties, seeded reproducibility, a full-size vocabulary, and streaming
+// (stop strings, never half a UTF-8 character).
+#include "lumen/gguf/gguf.h"
 #include "lumen/runtime/sampler.h"
+#include "lumen/text/tokenizer.h"
 #include "support/tolerances.h"
 
 #include <gtest/gtest.h>
@@ -244,6 +246,47 @@ TEST(TextStreamer, NeverSplitsUtf8AndFlushesAtTheEnd) {
   EXPECT_EQ(s.push("\xA0" "b"), "\xE4\xBD\xA0" "b");
   EXPECT_EQ(s.push("\xF0\x9F"), "");
   EXPECT_EQ(s.finish(), "\xF0\x9F");
+}
+
+TEST(TextStreamer, HoldsIncompleteSequences) {
+  TextStreamer s;
+  // U+1F680 (4 bytes) arriving one byte at a time.
+  EXPECT_EQ(s.push("a\xF0"), "a");
+  EXPECT_EQ(s.push("\x9F"), "");
+  EXPECT_EQ(s.push("\x9A"), "");
+  EXPECT_EQ(s.push("\x80" "b"), "\xF0\x9F\x9A\x80" "b");
+  // Two characters split across pushes.
+  EXPECT_EQ(s.push("\xC3"), "");
+  EXPECT_EQ(s.push("\xB1\xE4\xB8"), "\xC3\xB1");
+  EXPECT_EQ(s.push("\xAD"), "\xE4\xB8\xAD");
+  EXPECT_EQ(s.finish(), "");
+}
+
+TEST(TextStreamer, PassesInvalidBytesAndFinishesWithTheRest) {
+  TextStreamer s;
+  EXPECT_EQ(s.push("\x80\xFF"), "\x80\xFF");  // can never complete: not held
+  EXPECT_EQ(s.push("x\xE4"), "x");
+  EXPECT_EQ(s.finish(), "\xE4");
+  EXPECT_EQ(s.finish(), "");
+}
+
+// Each emoji spans several byte-level tokens of the Qwen vocabulary; the
+// streamed output is the same text and every chunk is whole characters.
+TEST(TextStreamer, StreamsTokensOfMultiByteCharacters) {
+  const gguf::File file = gguf::File::open(std::string(LUMEN_SHARED_DIR) + "/reference/tiny-qwen2-a.gguf");
+  const Tokenizer tok = Tokenizer::from_gguf(file);
+  const std::string text = "🚀🔥👍🏽 ñ 你好";
+  TextStreamer s;
+  std::string streamed;
+  for (int32_t id : tok.encode(text)) {
+    const std::string chunk = s.push(tok.token_text(id));
+    EXPECT_EQ(unicode::decode_utf8(chunk).size(),
+              static_cast<size_t>(std::count_if(chunk.begin(), chunk.end(),
+                                                [](char c) { return (static_cast<uint8_t>(c) & 0xC0) != 0x80; })));
+    streamed += chunk;
+  }
+  streamed += s.finish();
+  EXPECT_EQ(streamed, text);
 }
 
 TEST(TextStreamer, StopStringSplitAcrossManyPieces) {

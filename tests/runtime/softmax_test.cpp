@@ -1,4 +1,4 @@
-// The standalone Softmax op: ops::softmax_row against a plain double-precision
+// The standalone Softmax op: kernels::softmax_row against a plain double-precision
 // reference (odd widths, large magnitudes, equal values, in place), and the
 // op run by a Session at the end of the qwen2 program (probabilities instead
 // of logits).
@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "lumen/runtime/ops.h"
+#include "lumen/runtime/kernels.h"
 #include "lumen/runtime/session.h"
 #include "runtime_support.h"
 #include "support/tolerances.h"
@@ -29,7 +29,7 @@ std::vector<double> reference_softmax(const std::vector<float>& x) {
 
 void expect_matches_reference(const std::vector<float>& x, const std::string& what) {
   std::vector<float> y(x.size(), -1.0f);
-  ops::softmax_row(x.data(), y.data(), static_cast<int64_t>(x.size()));
+  kernels::softmax_row(x.data(), y.data(), static_cast<int64_t>(x.size()));
   std::vector<double> ref = reference_softmax(x);
   const float max = *std::max_element(x.begin(), x.end());
   double sum = 0;
@@ -46,7 +46,7 @@ void expect_matches_reference(const std::vector<float>& x, const std::string& wh
   EXPECT_NEAR(sum, 1.0, tolerance::kProbabilitySum) << what;
   // In place gives the same bits.
   std::vector<float> inplace = x;
-  ops::softmax_row(inplace.data(), inplace.data(), static_cast<int64_t>(x.size()));
+  kernels::softmax_row(inplace.data(), inplace.data(), static_cast<int64_t>(x.size()));
   EXPECT_EQ(inplace, y) << what;
 }
 
@@ -67,7 +67,7 @@ TEST(Softmax, LargeMagnitudesDoNotOverflow) {
   std::vector<float> x = {1e30f, 1e30f - 1e24f, -1e30f, 3e38f, 3e38f, -3e38f, 0.0f};
   expect_matches_reference(x, "huge");
   std::vector<float> y(x.size());
-  ops::softmax_row(x.data(), y.data(), static_cast<int64_t>(x.size()));
+  kernels::softmax_row(x.data(), y.data(), static_cast<int64_t>(x.size()));
   EXPECT_EQ(y[3], 0.5f);
   EXPECT_EQ(y[4], 0.5f);
   EXPECT_EQ(y[0], 0.0f);
@@ -78,7 +78,7 @@ TEST(Softmax, EqualValuesGiveAUniformRow) {
   for (float value : {0.0f, -5.5f, 1e20f, -1e20f}) {
     for (int64_t n : {1, 5, 64, 97}) {
       std::vector<float> x(static_cast<size_t>(n), value), y(static_cast<size_t>(n));
-      ops::softmax_row(x.data(), y.data(), n);
+      kernels::softmax_row(x.data(), y.data(), n);
       // exp(0) = 1 exactly, so every element is (float)(1.0/n).
       for (float v : y) EXPECT_EQ(v, static_cast<float>(1.0 / static_cast<double>(n))) << value << " n=" << n;
     }
@@ -115,7 +115,7 @@ TEST(Softmax, RunsAsAProgramOpInASession) {
     std::span<const int32_t> batch = step == 0 ? std::span<const int32_t>(tokens) : std::span<const int32_t>(&tokens[1], 1);
     std::span<const float> raw = reference.eval(batch);
     std::vector<float> expected(raw.begin(), raw.end());
-    ops::softmax_row(expected.data(), expected.data(), static_cast<int64_t>(expected.size()));
+    kernels::softmax_row(expected.data(), expected.data(), static_cast<int64_t>(expected.size()));
     std::span<const float> got = session.eval(batch);
     ASSERT_EQ(got.size(), expected.size());
     EXPECT_TRUE(std::equal(got.begin(), got.end(), expected.begin())) << "step " << step;

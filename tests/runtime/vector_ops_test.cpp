@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "lumen/common/numeric.h"
-#include "lumen/runtime/ops.h"
+#include "lumen/runtime/kernels.h"
 #include "lumen/target/isa.h"
 #include "support/tolerances.h"
 
@@ -48,7 +48,7 @@ TEST(VectorOps, RmsNormMatchesScalar) {
     const std::vector<float> w = random_vector(static_cast<size_t>(n), rng);
     std::vector<float> y(static_cast<size_t>(n));
     const float eps = 1e-6f;
-    ops::rms_norm(x.data(), w.data(), y.data(), n, eps);
+    kernels::rms_norm(x.data(), w.data(), y.data(), n, eps);
     double sum = 0;
     for (float v : x) sum += static_cast<double>(v * v);
     const float scale = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(n)) + eps);
@@ -73,7 +73,7 @@ TEST(VectorOps, ToF16IsBitExact) {
       x[3] = std::ldexp(1.0f, -25) * 1.5f;  // a halfway case
     }
     std::vector<uint16_t> out(static_cast<size_t>(n));
-    ops::to_f16(x.data(), out.data(), n);
+    kernels::to_f16(x.data(), out.data(), n);
     for (int64_t i = 0; i < n; ++i)
       EXPECT_EQ(out[static_cast<size_t>(i)], f32_to_f16(x[static_cast<size_t>(i)])) << "n=" << n << " i=" << i;
   }
@@ -87,7 +87,7 @@ TEST(VectorOps, RopeRotatesThePairsOfEachMode) {
     for (program::RopeMode mode : {program::RopeMode::Neox, program::RopeMode::Normal}) {
       const int64_t heads = 3, pos = 17;
       std::vector<float> cs(static_cast<size_t>(head_dim));
-      ops::rope_angles(pos, head_dim, 10000.0f, cs.data());
+      kernels::rope_angles(pos, head_dim, 10000.0f, cs.data());
       const float theta_scale = std::pow(10000.0f, -2.0f / static_cast<float>(head_dim));
       float theta = static_cast<float>(pos);
       for (int64_t i = 0; i < head_dim / 2; ++i, theta *= theta_scale) {
@@ -96,7 +96,7 @@ TEST(VectorOps, RopeRotatesThePairsOfEachMode) {
       }
       const std::vector<float> x = random_vector(static_cast<size_t>(heads * head_dim), rng);
       std::vector<float> y = x;
-      ops::rope(y.data(), heads, head_dim, cs.data(), mode);
+      kernels::rope(y.data(), heads, head_dim, cs.data(), mode);
       const int64_t half = head_dim / 2;
       for (int64_t h = 0; h < heads; ++h)
         for (int64_t i = 0; i < half; ++i) {
@@ -113,7 +113,7 @@ TEST(VectorOps, RopeRotatesThePairsOfEachMode) {
 
 TEST(VectorOps, SiluMatchesItsDefinition) {
   for (float x : {-100.0f, -10.0f, -1.5f, -1e-3f, 0.0f, 1e-3f, 0.7f, 3.0f, 50.0f})
-    EXPECT_NEAR(ops::silu(x), x / (1.0 + std::exp(-static_cast<double>(x))),
+    EXPECT_NEAR(kernels::silu(x), x / (1.0 + std::exp(-static_cast<double>(x))),
                 4 * tolerance::kFp32Ulp * std::fabs(x) + 1e-30)
         << x;
 }
@@ -184,7 +184,7 @@ TEST(VectorOps, AttentionHeadMatchesScalar) {
         const AttentionCase c = make_case(head_dim, n_keys, rng);
         const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
         std::vector<float> scores(static_cast<size_t>(n_keys)), out(static_cast<size_t>(head_dim), -1.0f);
-        ops::AttentionHead a{};
+        kernels::AttentionHead a{};
         a.q = c.q.data();
         a.k = f16 ? static_cast<const void*>(c.k16.data()) : c.k32.data();
         a.v = f16 ? static_cast<const void*>(c.v16.data()) : c.v32.data();
@@ -195,9 +195,9 @@ TEST(VectorOps, AttentionHeadMatchesScalar) {
         a.scores = scores.data();
         a.out = out.data();
         if (f16)
-          ops::attention_head_f16(a);
+          kernels::attention_head_f16(a);
         else
-          ops::attention_head_f32(a);
+          kernels::attention_head_f32(a);
         const auto [want, magnitude] = scalar_attention(c, f16, scale);
         for (int64_t d = 0; d < head_dim; ++d)
           ASSERT_NEAR(out[static_cast<size_t>(d)], want[static_cast<size_t>(d)],
@@ -219,7 +219,7 @@ TEST(VectorOps, AttentionBlockMatchesPerHead) {
         const std::vector<float> q = random_vector(static_cast<size_t>(n_tokens * n_heads * head_dim), rng);
         const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
         std::vector<float> out(q.size(), -1.0f);
-        ops::AttentionBlock b{};
+        kernels::AttentionBlock b{};
         b.q = q.data();
         b.q_token_stride = n_heads * head_dim;
         b.k = f16 ? static_cast<const void*>(c.k16.data()) : c.k32.data();
@@ -233,9 +233,9 @@ TEST(VectorOps, AttentionBlockMatchesPerHead) {
         b.out = out.data();
         b.out_token_stride = n_heads * head_dim;
         if (f16)
-          ops::attention_block_f16(b);
+          kernels::attention_block_f16(b);
         else
-          ops::attention_block_f32(b);
+          kernels::attention_block_f32(b);
         for (int64_t t = 0; t < n_tokens; ++t)
           for (int64_t g = 0; g < n_heads; ++g) {
             AttentionCase one = c;
@@ -267,8 +267,8 @@ TEST(VectorOps, AttentionExpOverItsRange) {
     c.v32.assign(static_cast<size_t>(2 * head_dim), 0.0f);
     c.v32[static_cast<size_t>(head_dim)] = 1.0f;  // out[0] = p(key 1) = exp(-delta) / (1 + exp(-delta))
     std::vector<float> scores(2), out(static_cast<size_t>(head_dim));
-    ops::AttentionHead a{c.q.data(), c.k32.data(), c.v32.data(), head_dim, 2, head_dim, 1.0f, scores.data(), out.data()};
-    ops::attention_head_f32(a);
+    kernels::AttentionHead a{c.q.data(), c.k32.data(), c.v32.data(), head_dim, 2, head_dim, 1.0f, scores.data(), out.data()};
+    kernels::attention_head_f32(a);
     const double want = std::exp(-static_cast<double>(delta)) / (1.0 + std::exp(-static_cast<double>(delta)));
     // Below expf's range (about -87.3) the exponential is zero, as in ggml.
     EXPECT_NEAR(out[0], want, want * tolerance::kVectorExpRelative + 1e-37) << path_for(head_dim) << " delta=" << delta;

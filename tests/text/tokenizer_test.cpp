@@ -333,47 +333,5 @@ TEST(Bpe, RejectsWrongTypedGgufKeys) {
   EXPECT_THROW(Tokenizer::from_gguf(gguf::File::from_memory(missing_bytes)), std::runtime_error);
 }
 
-// ---------------------------------------------------------------------------
-// Streaming never splits a character.
-
-TEST(Utf8Streamer, HoldsIncompleteSequences) {
-  Utf8Streamer s;
-  // U+1F680 (4 bytes) arriving one byte at a time.
-  EXPECT_EQ(s.push("a\xF0"), "a");
-  EXPECT_EQ(s.push("\x9F"), "");
-  EXPECT_EQ(s.push("\x9A"), "");
-  EXPECT_EQ(s.push("\x80" "b"), "\xF0\x9F\x9A\x80" "b");
-  // Two characters split across pushes.
-  EXPECT_EQ(s.push("\xC3"), "");
-  EXPECT_EQ(s.push("\xB1\xE4\xB8"), "\xC3\xB1");
-  EXPECT_EQ(s.push("\xAD"), "\xE4\xB8\xAD");
-  EXPECT_EQ(s.flush(), "");
-}
-
-TEST(Utf8Streamer, PassesInvalidBytesAndFlushesRest) {
-  Utf8Streamer s;
-  EXPECT_EQ(s.push("\x80\xFF"), "\x80\xFF");  // can never complete: not held
-  EXPECT_EQ(s.push("x\xE4"), "x");
-  EXPECT_EQ(s.flush(), "\xE4");
-  EXPECT_EQ(s.flush(), "");
-}
-
-TEST_F(QwenVocab, StreamingTokensOfMultiByteCharacters) {
-  // Each emoji spans several byte-level tokens; the streamed output is the
-  // same text and every chunk is whole characters.
-  const std::string text = "🚀🔥👍🏽 ñ 你好";
-  Utf8Streamer s;
-  std::string streamed;
-  for (int32_t id : tok().encode(text)) {
-    const std::string chunk = s.push(tok().token_text(id));
-    EXPECT_EQ(unicode::decode_utf8(chunk).size(),
-              static_cast<size_t>(std::count_if(chunk.begin(), chunk.end(),
-                                                [](char c) { return (static_cast<uint8_t>(c) & 0xC0) != 0x80; })));
-    streamed += chunk;
-  }
-  streamed += s.flush();
-  EXPECT_EQ(streamed, text);
-}
-
 }  // namespace
 }  // namespace lumen

@@ -129,18 +129,4 @@ class Tokenizer {
   std::unique_ptr<Impl> impl_;
 };
 
-// Holds back an incomplete UTF-8 sequence at the end of streamed bytes so a
-// terminal never sees half a character. Bytes that can never complete a
-// sequence are passed through unchanged.
-class Utf8Streamer {
- public:
-  // Returns the bytes of `bytes` (after any held ones) up to the last complete character.
-  std::string push(std::string_view bytes);
-  // Returns whatever is still held (possibly an incomplete sequence) and clears it.
-  std::string flush();
-
- private:
-  std::string pending_;
-};
-
 }  // namespace lumen

@@ -1,7 +1,7 @@
-// Non-matmul numeric kernels (see ops.h): scalar versions that state the
+// Non-matmul numeric kernels (see kernels.h): scalar versions that state the
 // arithmetic, and AVX2/F16C versions of the attention inner loops, chosen
 // once from cpu_features().
-#include "lumen/runtime/ops.h"
+#include "lumen/runtime/kernels.h"
 
 #include <immintrin.h>
 
@@ -14,7 +14,7 @@
 #include "lumen/target/kernel_abi.h"
 #include "lumen/common/numeric.h"
 
-namespace lumen::runtime::ops {
+namespace lumen::runtime::kernels {
 namespace {
 
 bool use_avx2() {
@@ -739,4 +739,4 @@ void softcap(const float* x, float* y, int64_t n, float cap) {
 
 void softmax_row(const float* x, float* y, int64_t n) { softmax<false>(x, y, n, 1.0f); }
 
-}  // namespace lumen::runtime::ops
+}  // namespace lumen::runtime::kernels

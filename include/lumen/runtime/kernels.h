@@ -8,7 +8,7 @@
 
 #include "lumen/program/program.h"
 
-namespace lumen::runtime::ops {
+namespace lumen::runtime::kernels {
 
 // Largest head_dim of rope and attention: the attention kernels keep a query
 // head on the stack. The executor refuses programs beyond it at load time.
@@ -89,7 +89,7 @@ void softcap(const float* x, float* y, int64_t n, float cap);
 
 // y = softmax(x) over n values (the Softmax op, one row): exp(x - max) kept in
 // f32, summed in double, times (float)(1/sum), as ggml's soft_max does. y may
-// equal x. The scalar attention path uses the same arithmetic (ops.cpp).
+// equal x. The scalar attention path uses the same arithmetic (kernels.cpp).
 void softmax_row(const float* x, float* y, int64_t n);
 
-}  // namespace lumen::runtime::ops
+}  // namespace lumen::runtime::kernels
