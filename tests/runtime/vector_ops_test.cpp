@@ -275,22 +275,5 @@ TEST(VectorOps, AttentionExpOverItsRange) {
   }
 }
 
-// softcap: cap * tanh(x / cap) with the division as a multiplication by 1/cap
-// (as ggml's scale-tanh-scale), so |y| <= cap and small values pass through.
-TEST(VectorOps, SoftcapIsCapTimesTanhOfXOverCap) {
-  std::mt19937 rng(7);
-  for (int64_t n : {1, 7, 16, 33, 64}) {
-    for (float cap : {0.5f, 30.0f}) {
-      const std::vector<float> x = random_vector(static_cast<size_t>(n), rng, 50.0f);
-      std::vector<float> y(x.size());
-      ops::softcap(x.data(), y.data(), n, cap);
-      for (size_t i = 0; i < x.size(); ++i) {
-        EXPECT_EQ(y[i], std::tanh(x[i] * (1.0f / cap)) * cap) << "n=" << n << " cap=" << cap << " i=" << i;
-        EXPECT_LE(std::fabs(y[i]), cap);
-      }
-    }
-  }
-}
-
 }  // namespace
 }  // namespace lumen::runtime
