@@ -378,7 +378,7 @@ class AstLowering {
         break;
       }
       default: {
-        // An op of activations and scalar attributes (silu, softmax, softcap ...):
+        // An op of activations and scalar attributes (an activation function, a cap):
         // each operand a value, each scalar a param (a number becomes a constant param).
         const ops::OpInfo& info = ops::op_info(op.kind);
         for (const ops::OperandSpec& o : info.operands) op.operands.push_back(value(arg(*call, o.name)));

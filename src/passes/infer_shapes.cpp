@@ -8,7 +8,7 @@ namespace lumen::passes {
 namespace {
 
 using ir::Dim;
-using ir::DType;
+using ops::DType;
 using ir::Op;
 using ops::OpId;
 using ir::Type;

@@ -16,13 +16,13 @@ void insert_quantize(ir::Module& m) {
       if (op.kind == ops::OpId::MatMul && !op.operands.empty()) {
         ir::ValueId x = op.operands[0];
         const ir::Type& t = f.type(x);
-        if (t.known && t.dtype == ir::DType::F32) {
+        if (t.known && t.dtype == ops::DType::F32) {
           auto it = quantized.find(x);
           if (it == quantized.end()) {
             ir::Op q;
             q.kind = ops::OpId::Quantize;
             q.operands = {x};
-            q.result = f.new_value(ir::Type::of(ir::DType::ActQ8, t.shape));
+            q.result = f.new_value(ir::Type::of(ops::DType::ActQ8, t.shape));
             q.line = op.line;
             it = quantized.emplace(x, q.result).first;
             out.push_back(std::move(q));

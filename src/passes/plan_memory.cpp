@@ -25,15 +25,11 @@ using ir::ValueId;
 
 constexpr int64_t kAlign = 64;  // every buffer offset, for any N (cache lines, AVX-512 loads)
 
+// By the type list's blocks (a scalar type's block is one element).
 Dim row_bytes(ir::DType dtype, const Dim& cols) {
-  switch (dtype) {
-    case ir::DType::F32:
-    case ir::DType::I32: return cols * Dim::constant(4);
-    case ir::DType::F16: return cols * Dim::constant(2);
-    case ir::DType::ActQ8: return cols / Dim::constant(32) * Dim::constant(40);  // sizeof(ActBlock) per 32
-    case ir::DType::Q8_0: return cols / Dim::constant(32) * Dim::constant(34);
-  }
-  return cols;
+  const ops::DTypeRow& t = ops::row(dtype);
+  Dim blocks = t.block_elems == 1 ? cols : cols / Dim::constant(t.block_elems);
+  return blocks * Dim::constant(t.block_bytes);
 }
 
 class Planner {

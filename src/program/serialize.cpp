@@ -574,6 +574,7 @@ Program deserialize(std::string_view text) {
     Buffer& b = p.buffers[n_buffer++];
     rd.need("name");
     b.dtype = parse_dtype(rd.need("dtype"), r.line);
+    if (!ops::row(b.dtype).activation) fail(r.line, std::string("a buffer cannot hold ") + ops::id_name(b.dtype));
     b.rows = rd.expr_field("rows");
     b.cols = rd.expr_field("cols");
     b.offset = rd.expr_field("offset");
@@ -624,7 +625,10 @@ Program deserialize(std::string_view text) {
       w.per_layer = rd.flag("per_layer");
       std::string dtypes = rd.need("dtypes");
       if (dtypes != "_")
-        for (const std::string& d : RecordReader::split(dtypes, ',')) w.dtypes.push_back(parse_dtype(d, r.line));
+        for (const std::string& d : RecordReader::split(dtypes, ',')) {
+          w.dtypes.push_back(parse_dtype(d, r.line));
+          if (!ops::row(w.dtypes.back()).weight) fail(r.line, "a weight cannot be " + d);
+        }
       std::string shape = rd.need("shape");
       if (shape != "_")
         for (const std::string& e : RecordReader::split(shape, '|')) w.shape.push_back(rd.expr(e, "shape"));

@@ -46,7 +46,7 @@ struct ROp {
   // Attention: score scale, soft-capping (0: none), sliding window (0: none)
   // and its layer pattern, the op's KV cache slot within a layer.
   float attn_scale = 0, attn_softcap = 0;
-  float scalar = 0;  // Scale: the factor; Softcap: the cap
+  float scalar = 0;  // the op's scalar attribute (Scale's factor, a cap)
   int64_t window = 0, window_pattern = 0;
   int kv_slot = -1;
   MatMulFn kernel = nullptr;

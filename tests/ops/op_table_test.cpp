@@ -48,6 +48,20 @@ TEST(OpTable, EveryDslOpOfTheListIsABuiltinAndNoOther) {
   }
 }
 
+TEST(OpTable, SoftcapKeepsItsActivationsTypeAndNeedsItsCap) {
+  DimFacts none;
+  OpCall c = call_of({f32({n(), d("n_vocab")})}, {false}, none);
+  Verdict v = infer(op_info(OpId::Softcap), c);
+  ASSERT_TRUE(v.ok()) << v.message;
+  EXPECT_EQ(v.result->str(), "f32[N, n_vocab]");
+  EXPECT_TRUE(find_attr(op_info(OpId::Softcap), "cap")->required);
+
+  c.operands = {q8({n(), d("n_vocab")})};
+  v = infer(op_info(OpId::Softcap), c);
+  EXPECT_FALSE(v.ok());
+  EXPECT_EQ(v.operand, 0);
+}
+
 TEST(OpTable, RopeNeedsHeadsTimesDimAndAnEvenDim) {
   DimFacts facts;
   facts.assume_divides(SymDim::constant(2), SymDim::param("hd"));

@@ -201,6 +201,10 @@ TEST(Deserialize, RejectsMalformedInputNamingTheLine) {
       {head + "post op=Add in=#7\n", "out of range"},
       {head + "buffer name=\"b\" dtype=F32 rows=N cols=1 offset=0\npost op=Add in=b[0:1\n", "malformed view"},
       {head + "buffer name=\"b\" dtype=F99 rows=N cols=1 offset=0\n", "line 3: unknown dtype 'F99'"},
+      {head + "buffer name=\"b\" dtype=Q8_0 rows=N cols=32 offset=0\n", "line 3: a buffer cannot hold Q8_0"},
+      {head + "weight name=\"w\" gguf=\"w\" per_layer=0 dtypes=F32,ActQ8 shape=_ fallback=\"\"\n",
+       "line 3: a weight cannot be ActQ8"},
+      {head + "post op=View\n", "line 3: unknown op 'View'"},  // the list's op that is not in the program
       {head + "post op=MatMul weights=ghost\n", "unknown weight 'ghost'"},
       {head + "post op=MatMul rows_per_task=sixteen\n", "expected an integer"},
       {head + "post op=MatMul prefill_kernel=\"gemm.none.m17n4\"\n", "bad kernel 'gemm.none.m17n4'"},

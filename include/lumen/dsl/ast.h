@@ -169,23 +169,9 @@ struct BinaryExpr : Expr {
       : Expr(kKind, std::move(r)), op(o), lhs(std::move(a)), rhs(std::move(b)) {}
 };
 
-// The builtin functions. Tensor ops (valid in the forward body; the ops of the
-// list, ops/op_list.h, with `in_dsl`):
-//   embed(table, tokens)                        table[V, D] weight, tokens i32[N] -> f32[N, D]
-//   rms_norm(x, weight, eps)                    f32[N, D], f32[D] weight, float    -> f32[N, D]
-//   matmul(x, w)                                f32[N, K], weight [M, K]           -> f32[N, M]
-//   add(a, b), mul(a, b)                        same as a + b, a * b
-//   silu(x)                                     f32[N, D] -> f32[N, D]
-//   rope(x, heads, dim, base, mode)             f32[N, heads*dim] -> same; mode neox|normal (default neox)
-//   attention(q, k, v, heads, kv_heads, dim, scale)
-//                                               causal GQA over the KV cache, softmax inside;
-//                                               q f32[N, heads*dim], k/v f32[N, kv_heads*dim] -> f32[N, heads*dim];
-//                                               scale defaults to 1/sqrt(dim)
-//   softmax(x)                                  over the last dim, f32[N, D] -> f32[N, D]
-//   scale(x, factor)                            x * factor, f32[N, D] -> f32[N, D]
-//   gelu(x)                                     GELU (tanh approximation), f32[N, D] -> f32[N, D]
-//   softcap(x, cap)                             cap * tanh(x / cap), f32[N, D] -> f32[N, D]
-//   last(x)                                     last row: f32[N, D] -> f32[1, D]
+// The builtin functions. Tensor ops (valid in the forward body): the ops of
+// the list (ops/op_list.h) with `in_dsl`; their signatures are their op table
+// entries (operands, then attributes; docs/dsl.md lists them).
 // Scalar functions (valid in param declarations only):
 //   key("gguf.key", default = expr)             a GGUF metadata value; "{arch}" expands to the model name
 //   len("gguf.key")                             the length of a GGUF array value

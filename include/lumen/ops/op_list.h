@@ -45,7 +45,7 @@
 //   weight       a weight may be of this type (a GGUF tensor of it binds)
 //   activation   an activation buffer may hold it
 //   in_dsl       may be written in the DSL (act_q8 is made by a pass)
-// ActQ8's block is target/act_quant.h's ActBlock (static_assert there).
+// Q8_0's and ActQ8's blocks are the kernels' (the runtime static_asserts them).
 #define LUMEN_DTYPES(X)                                \
   X(F32, "f32", 0, 1, 4, true, true, true)             \
   X(F16, "f16", 1, 1, 2, true, false, true)            \

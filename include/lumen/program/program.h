@@ -100,8 +100,8 @@ struct View {
 };
 
 // --------------------------------------------------------------------- ops
-// The ops of the list with `in_program` (ops/op_table.h summarizes each);
-// how each reads the fields of Op is docs/runtime.md's.
+// The ops of the list with `in_program`; how each reads the fields of Op is
+// in docs/runtime.md ("Program text format").
 
 enum class RopeMode : uint8_t { Normal, Neox };
 
