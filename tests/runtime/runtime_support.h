@@ -12,6 +12,7 @@
 
 #include "lumen/codegen/codegen.h"
 #include "lumen/runtime/compiled_model.h"
+#include "support/test_files.h"
 
 namespace lumen::runtime::testing {
 
@@ -22,8 +23,7 @@ inline std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-inline std::string reference_dir() { return LUMEN_SHARED_DIR "/reference"; }
-inline std::string tiny_gguf() { return reference_dir() + "/tiny-qwen2-a.gguf"; }
+using test_support::tiny_gguf;
 inline std::string qwen2_program_path() { return LUMEN_SOURCE_DIR "/tests/data/qwen2.program"; }
 
 // codegen::reference_matmul behind the MatMulFn signature (no context pointer,
