@@ -26,4 +26,11 @@ std::string quote(std::string_view s) {
   return out + "\"";
 }
 
+std::string quoted(std::string_view s) {
+  std::string out = "'";  // built stepwise: GCC 12 warns falsely (-Wrestrict) on "'" + std::string(s)
+  out += s;
+  out += "'";
+  return out;
+}
+
 }  // namespace lumen

@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "lumen/common/quote.h"
 #include "lumen/ops/op_table.h"
 
 namespace lumen::dsl {
@@ -114,13 +115,6 @@ size_t edit_distance(std::string_view a, std::string_view b) {
     }
   }
   return row[b.size()];
-}
-
-std::string quoted(std::string_view s) {
-  std::string out = "'";  // built stepwise: GCC 12 warns falsely on "'" + std::string(s)
-  out += s;
-  out += "'";
-  return out;
 }
 
 // ------------------------------------------------------------------ sema

@@ -6,19 +6,13 @@
 #include <algorithm>
 #include <map>
 
+#include "lumen/common/quote.h"
+
 namespace lumen::ir {
 
 namespace {
 
 namespace ast = dsl::ast;
-
-// 'text' (appending: `"'" + std::string&&` trips a GCC 12 -Wrestrict false positive).
-std::string quoted(const std::string& text) {
-  std::string out = "'";
-  out += text;
-  out += "'";
-  return out;
-}
 
 // Aborts the lowering after a diagnostic has been reported.
 struct LoweringFailed {};

@@ -131,6 +131,8 @@ void HttpServer::Impl::routes() {
     out += metric("lumen_requests_total", "counter", "requests admitted to the queue", static_cast<double>(st.requests));
     out += metric("lumen_requests_rejected_total", "counter", "requests refused because the queue was full",
                   static_cast<double>(st.rejected));
+    out += metric("lumen_requests_cancelled_total", "counter", "requests whose client went away before the end",
+                  static_cast<double>(st.cancelled));
     out += metric("lumen_prompt_tokens_total", "counter", "prompt tokens evaluated", static_cast<double>(st.prompt_tokens));
     out += metric("lumen_generated_tokens_total", "counter", "tokens generated", static_cast<double>(st.generated_tokens));
     out += metric("lumen_steps_total", "counter", "forward passes", static_cast<double>(st.steps));

@@ -111,8 +111,9 @@ std::shared_ptr<Request> Scheduler::submit(GenerationParams params) {
 }
 
 void Scheduler::cancel(const std::shared_ptr<Request>& request) {
-  if (!request) return;
-  request->cancelled_ = true;
+  if (!request || request->cancelled_.exchange(true)) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.cancelled;
   cv_.notify_all();
 }
 

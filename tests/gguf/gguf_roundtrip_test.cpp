@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "gguf_test_util.h"
+#include "support/test_files.h"
 #include "lumen/gguf/gguf.h"
 #include "lumen/gguf/info.h"
 
@@ -17,7 +18,7 @@ namespace {
 using testing::small_writer;
 using testing::temp_path;
 
-const std::string kReference = std::string(LUMEN_SHARED_DIR) + "/reference/tiny-qwen2-a.gguf";
+const std::string kReference = lumen::test_support::tiny_gguf();
 
 // Rebuilds a writer holding everything the file holds.
 Writer copy_of(const File& file) {

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "gguf_test_util.h"
+#include "support/test_files.h"
 #include "lumen/gguf/gguf.h"
 #include "synth/gguf_synth.h"
 #include "lumen/common/numeric.h"
@@ -19,7 +20,7 @@ namespace {
 
 using testing::temp_path;
 
-const std::string kReference = std::string(LUMEN_SHARED_DIR) + "/reference/tiny-qwen2-a.gguf";
+const std::string kReference = lumen::test_support::tiny_gguf();
 
 bool same_value(const Value& a, const Value& b) {
   if (a.type != b.type) return false;

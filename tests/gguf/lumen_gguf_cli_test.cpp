@@ -10,13 +10,14 @@
 #include <sstream>
 
 #include "gguf_test_util.h"
+#include "support/test_files.h"
 
 namespace {
 
 using lumen::gguf::testing::temp_path;
 
 const std::string kTool = std::string(LUMEN_BINARY_DIR) + "/tools/lumen-gguf";
-const std::string kReference = std::string(LUMEN_SHARED_DIR) + "/reference/tiny-qwen2-a.gguf";
+const std::string kReference = lumen::test_support::tiny_gguf();
 
 struct ToolRun {
   int exit_code;
@@ -46,11 +47,10 @@ void expect_one_line_error(const ToolRun& r, const std::string& needle) {
   EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
 }
 
+// lumen-gguf is built before this test (tests/gguf/CMakeLists.txt): a missing one fails.
 class LumenGgufCli : public ::testing::Test {
  protected:
-  void SetUp() override {
-    if (!std::filesystem::exists(kTool)) GTEST_SKIP() << "lumen-gguf not built";
-  }
+  void SetUp() override { ASSERT_TRUE(std::filesystem::exists(kTool)) << kTool << " is missing"; }
 };
 
 TEST_F(LumenGgufCli, InfoOnTheReference) {
@@ -87,7 +87,7 @@ TEST_F(LumenGgufCli, BadInputsAreOneLineErrors) {
 }
 
 TEST_F(LumenGgufCli, TokenizePrintsTheIdsOfAVocabOnlyFile) {
-  const std::string spm = std::string(LUMEN_SHARED_DIR) + "/reference/tokenizers/ggml-vocab-llama-spm.gguf";
+  const std::string spm = lumen::test_support::shared_reference_dir() + "/tokenizers/ggml-vocab-llama-spm.gguf";
   ToolRun r = run("tokenize " + spm + " 'Hello world'");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "15043 3186\n");  // llama.cpp's ids: no BOS by default

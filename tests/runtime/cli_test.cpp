@@ -31,7 +31,7 @@
 #include "lumen/text/chat_template.h"
 #include "lumen/text/tokenizer.h"
 #include "runtime_support.h"
-#include "support/tolerances.h"
+#include "support/llama_cpp_reference.h"
 
 namespace lumen::runtime {
 namespace {
@@ -125,21 +125,16 @@ TEST_F(Cli, TokenizePrintsIds) {
 }
 
 TEST_F(Cli, DumpLogitsMatchesReference) {
+  const test_support::LlamaCppPrompt ref = test_support::shared_qwen2_reference().at(1);
   const std::string dump = (dir_ / "logits.f32").string();
-  Result r = run({model_so_, "--gguf", testing::tiny_gguf(), "--prompt", "The capital of France is", "-n", "0",
-                  "--threads", "2", "--dump-logits", dump});
+  Result r = run({model_so_, "--gguf", testing::tiny_gguf(), "--prompt", ref.text, "-n", "0", "--threads", "2",
+                  "--dump-logits", dump});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "");
-  EXPECT_NE(r.err.find("prompt 5 tokens"), std::string::npos) << r.err;
-  std::string got = testing::read_file(dump);
-  std::string want = testing::read_file(testing::reference_dir() + "/tiny-qwen2-a.1.last_logits.f32");
-  ASSERT_EQ(got.size(), want.size());
-  std::vector<float> a(got.size() / 4), b(want.size() / 4);
-  std::memcpy(a.data(), got.data(), got.size());
-  std::memcpy(b.data(), want.data(), want.size());
-  double max_diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) max_diff = std::max(max_diff, std::fabs(double(a[i]) - b[i]));
-  EXPECT_LE(max_diff, tolerance::kMaxAbsLogitDiff);
+  EXPECT_NE(r.err.find("prompt " + std::to_string(ref.tokens.size()) + " tokens"), std::string::npos) << r.err;
+  const std::vector<float> got = test_support::read_f32_file(dump);
+  ASSERT_EQ(got.size(), ref.last_logits.size());
+  test_support::expect_last_logits_match(got, ref, "--dump-logits");
 }
 
 TEST_F(Cli, GreedyGenerationIsReproducibleAndStops) {

@@ -13,6 +13,7 @@
 #include "lumen/codegen/codegen.h"
 #include "lumen/runtime/compiled_model.h"
 #include "support/qwen2_program.h"
+#include "support/test_files.h"
 
 namespace lumen::runtime::testing {
 
@@ -23,8 +24,7 @@ inline std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-inline std::string reference_dir() { return LUMEN_SHARED_DIR "/reference"; }
-inline std::string tiny_gguf() { return reference_dir() + "/tiny-qwen2-a.gguf"; }
+using test_support::tiny_gguf;
 using test_data::qwen2_program;
 using test_data::qwen2_program_path;
 

@@ -39,7 +39,8 @@ void expect_matches_reference(const std::vector<float>& x, const std::string& wh
     // exponent), then f32 exp and one rounded reciprocal: a few ulps; plus
     // slack for results in the f32 denormal range.
     const double spread = std::fabs(static_cast<double>(x[i]) - max);
-    const double bound = ref[i] * (tolerance::kVectorExpRelative + tolerance::kFp32Ulp * spread) + 1e-40;
+    const double bound =
+        ref[i] * (tolerance::kVectorExpRelative + tolerance::kFp32Ulp * spread) + tolerance::kF32DenormalAbsolute;
     EXPECT_NEAR(y[i], ref[i], bound) << what << " at " << i;
     sum += y[i];
   }

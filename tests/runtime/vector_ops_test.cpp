@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "lumen/common/numeric.h"
 #include "lumen/runtime/kernels.h"
 #include "lumen/target/isa.h"
+#include "support/attention_twin.h"
 #include "support/tolerances.h"
 
 namespace lumen::runtime {
@@ -34,10 +36,21 @@ std::string path_for(int64_t n) {
   return "scalar";
 }
 
-TEST(VectorOps, ReportsTheIsaUnderTest) {
-  // Not a check: names the paths this run covers in the test log.
-  std::printf("cpu features: %s\n", cpu_feature_names(cpu_features()).c_str());
-  SUCCEED();
+// What this run covers: the best ISA of this host, or the one LUMEN_MAX_CPU_ISA
+// caps it to (ctest's VectorOps.AsAvx2Machine). The dispatch picks its paths
+// from cpu_features(), so the cap must leave nothing above that ISA, and the
+// host must have every feature of the ISA under test (else the paths named in
+// the messages below would not be the ones that ran).
+TEST(VectorOps, RunsThePathsOfTheIsaUnderTest) {
+  const uint64_t features = cpu_features();
+  const Isa isa = best_isa(features);  // throws below AVX2+FMA+F16C, the floor of every vector path
+  EXPECT_EQ(features & required_features(isa), required_features(isa)) << cpu_feature_names(features);
+  const char* cap = std::getenv("LUMEN_MAX_CPU_ISA");
+  if (cap != nullptr && *cap != '\0') {
+    EXPECT_STREQ(to_string(isa), cap) << "the host lacks the ISA this run is for: " << cpu_feature_names(features);
+    EXPECT_EQ(features & ~required_features(isa), 0u) << cpu_feature_names(features);
+  }
+  RecordProperty("cpu_features", cpu_feature_names(features));
 }
 
 // rms_norm: the sum of float squares in double, one float scale, two roundings.
@@ -54,8 +67,8 @@ TEST(VectorOps, RmsNormMatchesScalar) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(n)) + eps);
     for (int64_t i = 0; i < n; ++i) {
       const float want = (x[static_cast<size_t>(i)] * scale) * w[static_cast<size_t>(i)];
-      // The double sum in another order can move the float mean by one ulp.
-      EXPECT_NEAR(y[static_cast<size_t>(i)], want, 2 * tolerance::kFp32Ulp * std::fabs(want) + 1e-30)
+      EXPECT_NEAR(y[static_cast<size_t>(i)], want,
+                  tolerance::kRmsNormUlps * tolerance::kFp32Ulp * std::fabs(want) + tolerance::kZeroFloor)
           << "n=" << n << " i=" << i;
     }
   }
@@ -114,7 +127,7 @@ TEST(VectorOps, RopeRotatesThePairsOfEachMode) {
 TEST(VectorOps, SiluMatchesItsDefinition) {
   for (float x : {-100.0f, -10.0f, -1.5f, -1e-3f, 0.0f, 1e-3f, 0.7f, 3.0f, 50.0f})
     EXPECT_NEAR(kernels::silu(x), x / (1.0 + std::exp(-static_cast<double>(x))),
-                4 * tolerance::kFp32Ulp * std::fabs(x) + 1e-30)
+                tolerance::kSiluUlps * tolerance::kFp32Ulp * std::fabs(x) + tolerance::kZeroFloor)
         << x;
 }
 
@@ -138,42 +151,24 @@ AttentionCase make_case(int64_t head_dim, int64_t n_keys, std::mt19937& rng) {
   return c;
 }
 
-// The scalar twin of attention_head_*: q (and the probabilities) rounded to
-// f16 for an f16 cache, float dot products, softmax of the scaled scores with
-// the exponentials summed in double, probabilities times V summed in float.
-// Returns the output and, per element, sum_j |p_j v_jd| (the scale of the error).
-std::pair<std::vector<float>, std::vector<double>> scalar_attention(const AttentionCase& c, bool f16, float scale) {
-  auto k = [&](int64_t i) { return f16 ? f16_to_f32(c.k16[static_cast<size_t>(i)]) : c.k32[static_cast<size_t>(i)]; };
-  auto v = [&](int64_t i) { return f16 ? f16_to_f32(c.v16[static_cast<size_t>(i)]) : c.v32[static_cast<size_t>(i)]; };
-  std::vector<float> p(static_cast<size_t>(c.n_keys));
-  float max = -INFINITY;
-  for (int64_t j = 0; j < c.n_keys; ++j) {
-    float s = 0;
-    for (int64_t d = 0; d < c.head_dim; ++d) {
-      const float q = f16 ? round_to_f16(c.q[static_cast<size_t>(d)]) : c.q[static_cast<size_t>(d)];
-      s += q * k(j * c.row_stride + d);
-    }
-    p[static_cast<size_t>(j)] = s * scale;
-    max = std::fmax(max, p[static_cast<size_t>(j)]);
-  }
-  double sum = 0;
-  for (float& x : p) sum += x = std::exp(x - max);
-  const float inv = static_cast<float>(1.0 / sum);
-  for (float& x : p) x = f16 ? round_to_f16(x * inv) : x * inv;
-  std::vector<float> out(static_cast<size_t>(c.head_dim), 0.0f);
-  std::vector<double> magnitude(static_cast<size_t>(c.head_dim), 0.0);
-  for (int64_t j = 0; j < c.n_keys; ++j)
-    for (int64_t d = 0; d < c.head_dim; ++d) {
-      out[static_cast<size_t>(d)] += p[static_cast<size_t>(j)] * v(j * c.row_stride + d);
-      magnitude[static_cast<size_t>(d)] += std::fabs(p[static_cast<size_t>(j)] * v(j * c.row_stride + d));
-    }
-  return {out, magnitude};
+// The scalar twin (tests/support/attention_twin.h) of attention_head_* on c.
+test_support::AttentionTwinOutput scalar_attention(const AttentionCase& c, bool f16, float scale) {
+  test_support::AttentionTwinInput a;
+  a.q = c.q.data();
+  a.k = c.k32.data();  // k16 holds these values rounded, as the twin rounds them for f16
+  a.v = c.v32.data();
+  a.row_stride = c.row_stride;
+  a.head_dim = c.head_dim;
+  a.end = c.n_keys;
+  a.scale = scale;
+  a.f16 = f16;
+  return test_support::attention_twin(a);
 }
 
 // The vector exp and reordered dot products move a probability by a few fp32
 // ulps; with an f16 cache that can flip its f16 rounding (one f16 ulp, 2^-11).
 double attention_bound(bool f16, double magnitude) {
-  return (f16 ? tolerance::kF16Ulp : tolerance::kFp32ReorderRelative) * magnitude + 1e-6;
+  return (f16 ? tolerance::kF16Ulp : tolerance::kFp32ReorderRelative) * magnitude + tolerance::kAttentionOutputAbsolute;
 }
 
 TEST(VectorOps, AttentionHeadMatchesScalar) {
@@ -271,7 +266,7 @@ TEST(VectorOps, AttentionExpOverItsRange) {
     kernels::attention_head_f32(a);
     const double want = std::exp(-static_cast<double>(delta)) / (1.0 + std::exp(-static_cast<double>(delta)));
     // Below expf's range (about -87.3) the exponential is zero, as in ggml.
-    EXPECT_NEAR(out[0], want, want * tolerance::kVectorExpRelative + 1e-37) << path_for(head_dim) << " delta=" << delta;
+    EXPECT_NEAR(out[0], want, want * tolerance::kVectorExpRelative + tolerance::kF32DenormalAbsolute) << path_for(head_dim) << " delta=" << delta;
   }
 }
 

@@ -29,6 +29,15 @@ inline constexpr double kBatchVsTokenLogitDiff = 1e-3;
 inline constexpr double kFp32ReorderRelative = 4e-6;
 // One fp32 rounding of a value (2^-23: one ulp at the value's magnitude).
 inline constexpr double kFp32Ulp = 0x1p-23;
+// rms_norm against its twin, in fp32 ulps of the result: the double sum of
+// squares in another order can move the float mean by one ulp, and the scale
+// and weight products round once more.
+inline constexpr double kRmsNormUlps = 2;
+// silu(x) = x / (1 + exp(-x)) with a vector exp (a few ulps) and one division,
+// in fp32 ulps of the true value; the matmul epilogue's worst over gates in
+// [-80, 90] (printed by MatMulKernels.SiluIsAccurateToAFewUlp) measured 1.99 on
+// all four ISAs (Zen 5, 2026-12-01).
+inline constexpr double kSiluUlps = 4;
 // One f16 rounding (2^-10 relative: one ulp of f16's 10-bit mantissa). The
 // attention's probabilities are rounded to f16 for an f16 cache; a few-ulp
 // fp32 difference before that rounding can move one by this much.
@@ -36,6 +45,25 @@ inline constexpr double kF16Ulp = 0x1p-10;
 // A vectorized exp (polynomial after range reduction) against std::exp in
 // double: a few ulps, plus the one rounding of the argument.
 inline constexpr double kVectorExpRelative = 1e-6;
+// An attention output element (probabilities summing to one times unit-normal
+// V) beyond its relative bound: the vector exp's error on the probabilities
+// (kVectorExpRelative) times values of order one.
+inline constexpr double kAttentionOutputAbsolute = 1e-6;
+// The blocked attention kernels against the twin (tests/support/attention_twin.h)
+// over up to 400 keys, relative to 1 + |value|: scores and outputs summed in
+// tile order, the vector exp, and for an f16 cache probabilities whose f16
+// rounding (kF16Ulp) those fp32 differences can flip; two f16 ulps. Measured
+// worst over AttentionKernels' shapes (Zen 5, AVX-512 and AVX2 paths,
+// 2026-12-01): 6.8e-5 with an f16 cache, 6.5e-7 with f32.
+inline constexpr double kAttentionBlockRelative = 2e-3;
+
+// ---- absolute floors beside relative bounds
+// For an expected value of zero (silu(0), a zero row): far below any nonzero
+// value the tests produce, so only a result within rounding of zero passes.
+inline constexpr double kZeroFloor = 1e-30;
+// Below f32's normal range (1.2e-38) results are denormal, or zero where the
+// exponential is clamped (below about -87.3, as in ggml): compared absolutely.
+inline constexpr double kF32DenormalAbsolute = 1e-37;
 // A sum of probabilities that should be one, summed in fp32 over up to a few
 // thousand terms.
 inline constexpr double kProbabilitySum = 1e-5;
@@ -43,9 +71,10 @@ inline constexpr double kProbabilitySum = 1e-5;
 inline constexpr float kSamplerProbability = 1e-6f;
 
 // ---- quantization (ggml's Q8_0: round(x / d) with d = amax / 127)
-// Dequantized values are within half a quantization step of the input;
-// 0.51 leaves room for the f16 rounding of d.
-inline constexpr float kQ8HalfStep = 0.51f;
+// Dequantized values are within half a quantization step d of the input, plus
+// the f16 rounding of d (2^-11 relative) times up to 127 quants:
+// 0.5 + 127 * 2^-11 = 0.562 steps, rounded up.
+inline constexpr float kQ8HalfStep = 0.57f;
 
 // ---- statistics of random data (fixed seeds, so these are deterministic)
 // The mean and standard deviation of >= 64 N(mean, std^2) samples, after Q8_0

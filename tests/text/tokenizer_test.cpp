@@ -17,11 +17,12 @@
 
 #include "lumen/gguf/gguf.h"
 #include "lumen/gguf/json.h"
+#include "support/test_files.h"
 
 namespace lumen {
 namespace {
 
-const std::string kReferenceDir = std::string(LUMEN_SHARED_DIR) + "/reference";
+const std::string kReferenceDir = test_support::shared_reference_dir();
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

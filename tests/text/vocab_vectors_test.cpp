@@ -13,11 +13,12 @@
 #include "lumen/gguf/gguf.h"
 #include "lumen/text/pre_tokenizer.h"
 #include "lumen/text/tokenizer.h"
+#include "support/test_files.h"
 
 namespace lumen {
 namespace {
 
-const std::string kVocabDir = std::string(LUMEN_SHARED_DIR) + "/reference/tokenizers";
+const std::string kVocabDir = test_support::shared_reference_dir() + "/tokenizers";
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -80,6 +80,7 @@ struct SchedulerOptions {
 
 struct SchedulerStats {
   uint64_t requests = 0, rejected = 0, prompt_tokens = 0, generated_tokens = 0, steps = 0;
+  uint64_t cancelled = 0;  // requests whose client went away (cancel())
   int64_t queued = 0, active = 0;
   int64_t last_batch_rows = 0, last_batch_sequences = 0;
   double tokens_per_second = 0;  // generated, over the last 10 s
