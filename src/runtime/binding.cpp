@@ -2,6 +2,7 @@
 // architecture, weights by name with dtype and shape checks, and the one-time
 // repacking of matmul weights into the kernels' row-group format.
 #include "lumen/runtime/binding.h"
+#include "lumen/common/cache.h"
 #include "lumen/target/page_buffer.h"
 
 #include "lumen/runtime/pack_cache.h"
