@@ -64,7 +64,11 @@ void schedule(ir::Module& m);
 /// rope in place, a residual matmul writing over its residual, loop-carried
 /// values) form one buffer; buffers get 64-byte aligned symbolic offsets,
 /// by liveness, such that no two buffers live at the same time overlap.
-/// Sets Module::memory. Preconditions: schedule (the op list is final).
+/// Sets Module::memory. Throws ir::IrError, with the DSL line of the op at
+/// fault, when a value that must be computed in place cannot be: rope's input
+/// read after the rotation, a loop's initial value read after the loop
+/// starts, a loop yielding a value not computed in place of the carried one.
+/// Preconditions: schedule (the op list is final).
 void plan_memory(ir::Module& m);
 
 /// The scheduled, memory-planned IR as a program::Program (weights in ggml
