@@ -55,8 +55,8 @@ void fuse_norm_quant(ir::Module& m);
 /// Annotates every matmul with its kernels and thread split: decode_kernel
 /// (N == 1), prefill_kernel (N > 1; its tile is the register tile),
 /// rows_per_task, tokens_per_task (kernels as to_string(program::KernelId)).
-/// Throws ir::IrError for a matmul no kernel implements (weights not q8_0);
-/// an input that is not act_q8 is an InternalError. Preconditions: all
+/// Weights that are not q8_0 (the op table's matmul rule refuses them) and
+/// an input that is not act_q8 are InternalErrors. Preconditions: all
 /// fusions (the epilogue picks the kernel), insert_quantize.
 void schedule(ir::Module& m);
 
