@@ -96,7 +96,8 @@ int main(int argc, char** argv) {
 
   std::string file;
   auto* check = app.add_subcommand(
-      "check", "Check a .dsl file: everything but code generation, so a program it accepts compiles; print its diagnostics.");
+      "check",
+      "Check a model program: every stage but code generation, so a program it accepts compiles; print its diagnostics.");
   check->add_option("FILE", file, "the model program (.dsl), or IR text (.ir)")->required();
   check->footer("Example: lumenc check dsl/qwen2.dsl   (exit 1 when there are errors)\n");
 

@@ -251,7 +251,9 @@ std::string mutate(const std::string& s, Rng& rng) {
 // The subcommands, as lumenc asks the driver for them.
 enum class Subcommand { Check, DumpIr, Compile };
 constexpr Subcommand kSubcommands[] = {Subcommand::Check, Subcommand::DumpIr, Subcommand::Compile};
-const char* to_string(Subcommand s) { return s == Subcommand::Check ? "check" : s == Subcommand::DumpIr ? "dump-ir" : "compile"; }
+const char* to_string(Subcommand s) {
+  return s == Subcommand::Check ? "check" : s == Subcommand::DumpIr ? "dump-ir" : "compile";
+}
 
 lumen::driver::Options options_of(Subcommand s) {
   lumen::driver::Options o;
