@@ -9,16 +9,8 @@
 // line: "lumen-run: error: ..." or "lumen-run: internal error: ...".
 #include <CLI/CLI.hpp>
 
-#include <fmt/core.h>
-
-#include <unistd.h>
-
-#include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -30,15 +22,9 @@
 #include "cli/command_line.h"
 #include "cli/sampler_flags.h"
 #include "cli/session_flags.h"
-#include "lumen/codegen/codegen.h"
-#include "lumen/common/diagnostics.h"
 #include "lumen/common/internal_error.h"
-#include "lumen/dsl/frontend.h"
-#include "lumen/ir/lower_ast.h"
-#include "lumen/ir/verifier.h"
-#include "lumen/passes/passes.h"
+#include "lumen/driver/driver.h"
 #include "lumen/target/isa.h"
-#include "lumen/target/model_abi.h"
 #include "lumen/text/chat_template.h"
 #include "lumen/gguf/gguf.h"
 #include "lumen/runtime/compiled_model.h"
@@ -77,73 +63,8 @@ std::string read_text_file(const std::string& path) {
 
 // ------------------------------------------------ model.so from dsl/ (no model.so given)
 
-namespace fs = std::filesystem;
-
-// The folder of model programs: --dsl-dir, else LUMEN_DSL_DIR, else the
-// installed one, else the source tree's (a build that is not installed).
-std::string dsl_folder(const Options& o) {
-  if (o.dsl_dir) return *o.dsl_dir;
-  if (const char* env = std::getenv("LUMEN_DSL_DIR"); env != nullptr && *env != '\0') return env;
-  std::error_code ec;
-  if (fs::is_directory(LUMEN_DSL_INSTALL_DIR, ec)) return LUMEN_DSL_INSTALL_DIR;
-  return LUMEN_DSL_SOURCE_DIR;
-}
-
-// The NAME of a program's leading `model NAME` (after comments and space), or "".
-std::string model_name_of(const std::string& text) {
-  size_t i = 0;
-  auto skip = [&] {
-    while (i < text.size()) {
-      if (text[i] == '#') {
-        while (i < text.size() && text[i] != '\n') ++i;
-      } else if (std::isspace(static_cast<unsigned char>(text[i]))) {
-        ++i;
-      } else {
-        break;
-      }
-    }
-  };
-  auto word = [&] {
-    size_t b = i;
-    while (i < text.size() && (std::isalnum(static_cast<unsigned char>(text[i])) || text[i] == '_')) ++i;
-    return text.substr(b, i - b);
-  };
-  skip();
-  if (word() != "model") return "";
-  skip();
-  return word();
-}
-
-// 64-bit FNV-1a: a stable hash for cache keys.
-uint64_t fnv1a(std::string_view bytes, uint64_t h = 0xcbf29ce484222325ull) {
-  for (unsigned char c : bytes) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
-
-// The compiler's identity: its version, the model ABI and the bytes of this
-// executable (which contains the compiler), so that a rebuilt lumen-run never
-// reuses a model.so an older compiler wrote.
-uint64_t compiler_hash() {
-  std::string id = std::string("lumen ") + LUMEN_VERSION_STRING + " abi " + std::to_string(LUMEN_MODEL_ABI_VERSION);
-  uint64_t h = fnv1a(id);
-  std::ifstream self("/proc/self/exe", std::ios::binary);
-  std::vector<char> chunk(1 << 16);
-  while (self.read(chunk.data(), static_cast<std::streamsize>(chunk.size())) || self.gcount() > 0)
-    h = fnv1a(std::string_view(chunk.data(), static_cast<size_t>(self.gcount())), h);
-  return h;
-}
-
-std::string cache_folder() {
-  if (const char* env = std::getenv("LUMEN_CACHE_DIR"); env != nullptr && *env != '\0') return env;
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0')
-    return (fs::path(xdg) / "lumen").string();
-  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0')
-    return (fs::path(home) / ".cache" / "lumen").string();
-  throw RunError("no cache folder for compiled models: set LUMEN_CACHE_DIR");
-}
-
-// model.so for the GGUF's architecture: from the cache, or compiled from the
-// dsl/ program that describes it (the key: program text, target ISA, compiler).
+// model.so for the GGUF's architecture, compiled for this CPU by the compile
+// driver into the compiled-model cache, or found there.
 std::string model_for_gguf(const Options& o) {
   std::string arch;
   try {
@@ -154,62 +75,19 @@ std::string model_for_gguf(const Options& o) {
   } catch (const lumen::gguf::Error& e) {
     throw RunError(e.what());
   }
-  const std::string folder = dsl_folder(o);
-  std::error_code ec;
-  if (!fs::is_directory(folder, ec)) throw RunError("no model programs: '" + folder + "' is not a folder (use --dsl-dir)");
-  std::vector<fs::path> files;
-  for (const auto& entry : fs::directory_iterator(folder, ec))
-    if (entry.path().extension() == ".dsl") files.push_back(entry.path());
-  std::sort(files.begin(), files.end());
-  std::string program_path, program_text, known;
-  for (const fs::path& f : files) {
-    std::string text = read_text_file(f.string());
-    std::string name = model_name_of(text);
-    if (name.empty()) continue;
-    known.append(known.empty() ? "" : ", ").append(name);
-    if (name == arch && program_path.empty()) {
-      program_path = f.string();
-      program_text = std::move(text);
-    }
-  }
-  if (program_path.empty())
-    throw RunError("no model program describes architecture '" + arch + "' (programs in '" + folder +
-                   "': " + (known.empty() ? std::string("none") : known) + ")");
-
   const lumen::Isa isa = lumen::best_isa(lumen::cpu_features());
-  const uint64_t key = fnv1a(program_text, fnv1a(lumen::to_string(isa), compiler_hash()));
-  const fs::path cache = cache_folder();
-  const fs::path so = cache / fmt::format("{}-{}-{:016x}.so", arch, lumen::to_string(isa), key);
-  if (fs::is_regular_file(so, ec)) return so.string();
-
-  fs::create_directories(cache, ec);
-  if (ec) throw RunError("cannot create the cache folder '" + cache.string() + "': " + ec.message());
-  lumen::DiagnosticEngine diags;
-  auto ast = lumen::dsl::parse_and_check(program_path, program_text, diags);
-  diags.print(std::cerr);
-  if (!ast) throw RunError(fmt::format("{} error(s) in '{}'", diags.error_count(), program_path));
-  lumen::DiagnosticEngine lowering_diags;
-  lowering_diags.add_source(program_path, program_text);
-  auto lowered = lumen::ir::lower_ast(*ast, lowering_diags);
-  lowering_diags.print(std::cerr);
-  if (!lowered) throw RunError("cannot lower '" + program_path + "' to the IR");
-  auto problems = lumen::ir::verify(*lowered, /*require_types=*/false);
-  LUMEN_ASSERT(problems.empty(), "the lowered IR does not verify: " + problems.front());
-  lumen::passes::run_pipeline(*lowered, isa);
-  const lumen::program::Program program = lumen::passes::lower_to_program(*lowered);
-  // Written beside its final name and renamed: a concurrent run never loads a half file.
-  const fs::path partial = so.string() + fmt::format(".{}.partial", static_cast<long>(::getpid()));
   try {
-    lumen::codegen::emit_model_so(program, isa, partial.string());
-  } catch (const std::runtime_error& e) {
-    fs::remove(partial, ec);
-    throw RunError(std::string("compiling '") + program_path + "': " + e.what());
+    const lumen::driver::CachedModel model =
+        lumen::driver::model_for_architecture(arch, isa, lumen::driver::dsl_folder(o.dsl_dir));
+    if (model.compiled) {
+      std::fprintf(stderr, "%slumen-run: compiled %s for %s into %s\n", model.warnings.c_str(), model.program.c_str(),
+                   lumen::to_string(isa), model.path.c_str());
+    }
+    return model.path;
+  } catch (const lumen::driver::Error& e) {
+    std::fprintf(stderr, "%s", e.diagnostics.c_str());
+    throw RunError(e.what());
   }
-  fs::rename(partial, so, ec);
-  if (ec) throw RunError("cannot write '" + so.string() + "': " + ec.message());
-  std::fprintf(stderr, "lumen-run: compiled %s for %s into %s\n", program_path.c_str(), lumen::to_string(isa),
-               so.string().c_str());
-  return so.string();
 }
 
 // Counters for the stats line.

@@ -1,27 +1,21 @@
-// lumenc: the Lumen compiler driver. Reads a model program (.dsl) - or the
-// IR text form (.ir) - runs the pipeline DSL -> AST -> IR -> passes ->
-// Program, and prints a stage or writes model.so. Thin by design: flags in,
-// library calls, exit codes out (0 ok, 1 an error in the input or a failed
+// lumenc: the Lumen compiler's command line. Reads a model program (.dsl) -
+// or the IR text form (.ir) - and has the compile driver (driver/driver.h)
+// check it, print a stage, or write model.so. Thin by design: flags in, one
+// driver call, exit codes out (0 ok, 1 an error in the input or a failed
 // stage, 2 bad usage, 70 an internal error: a bug in lumenc).
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <optional>
-#include <sstream>
 
-#include "lumen/codegen/codegen.h"
-#include "lumen/common/diagnostics.h"
 #include "lumen/common/internal_error.h"
-#include "lumen/dsl/frontend.h"
-#include "lumen/ir/lower_ast.h"
+#include "lumen/driver/driver.h"
 #include "lumen/ir/text.h"
-#include "lumen/ir/verifier.h"
-#include "lumen/target/kernel_abi.h"
 #include "lumen/passes/passes.h"
 #include "lumen/program/program.h"
+#include "lumen/target/isa.h"
 
 namespace {
 
@@ -29,54 +23,6 @@ namespace {
 struct Failure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
-
-bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Failure("cannot read '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Failure("cannot read '" + path + "'");
-  return ss.str();
-}
-
-// The front end: diagnostics go to stderr; nullopt when there were errors.
-std::unique_ptr<lumen::dsl::ast::Module> check_dsl(const std::string& path, lumen::DiagnosticEngine& diags) {
-  std::string text = read_text(path);
-  auto ast = lumen::dsl::parse_and_check(path, text, diags);
-  diags.print(std::cerr);
-  return ast;
-}
-
-// The IR of FILE, before any pass: from a .dsl through the front end and the
-// lowering, or parsed from a .ir file. Verified (open types allowed).
-lumen::ir::Module load_ir(const std::string& path) {
-  lumen::ir::Module m;
-  if (ends_with(path, ".ir")) {
-    try {
-      m = lumen::ir::parse_module(read_text(path));
-    } catch (const lumen::ir::IrError& e) {
-      throw Failure(path + ": " + e.what());
-    }
-  } else {
-    lumen::DiagnosticEngine diags;
-    auto ast = check_dsl(path, diags);
-    if (!ast) throw Failure(fmt::format("{} error(s) in '{}'", diags.error_count(), path));
-    lumen::DiagnosticEngine lowering_diags;
-    std::string text = read_text(path);
-    lowering_diags.add_source(path, text);
-    auto lowered = lumen::ir::lower_ast(*ast, lowering_diags);
-    lowering_diags.print(std::cerr);
-    if (!lowered) throw Failure("cannot lower '" + path + "' to the IR");
-    m = std::move(*lowered);
-  }
-  auto problems = lumen::ir::verify(m, /*require_types=*/false);
-  if (!problems.empty()) throw Failure("the IR of '" + path + "' does not verify: " + problems.front());
-  return m;
-}
 
 // --set name=value pairs -> map.
 std::map<std::string, double> parse_settings(const std::vector<std::string>& settings) {
@@ -126,12 +72,6 @@ lumen::Isa parse_target(const std::string& target) {
   return lumen::best_isa(lumen::cpu_features());  // "native"
 }
 
-lumen::program::Program compile_to_program(const std::string& path, lumen::Isa target) {
-  lumen::ir::Module m = load_ir(path);
-  lumen::passes::run_pipeline(m, target);
-  return lumen::passes::lower_to_program(m);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -155,8 +95,10 @@ int main(int argc, char** argv) {
       "Run `lumenc SUBCOMMAND --help` for the options of each.\n");
 
   std::string file;
-  auto* check = app.add_subcommand("check", "Parse and check a .dsl file; print its diagnostics.");
-  check->add_option("FILE", file, "the model program (.dsl)")->required();
+  auto* check = app.add_subcommand(
+      "check",
+      "Check a model program: every stage but code generation, so a program it accepts compiles; print its diagnostics.");
+  check->add_option("FILE", file, "the model program (.dsl), or IR text (.ir)")->required();
   check->footer("Example: lumenc check dsl/qwen2.dsl   (exit 1 when there are errors)\n");
 
   std::string after = "plan_memory", only;
@@ -178,13 +120,14 @@ int main(int argc, char** argv) {
       "  lumenc dump-ir --set n_vocab=151936 --set n_embd=896 --set n_ff=4864 --set n_head=14 \\\n"
       "         --set n_head_kv=2 dsl/qwen2.dsl     (arena size for Qwen2.5-0.5B at N=1, 32, 512)\n");
 
-  // The schedule picks each matmul's kernels for the target: dump-ir and
-  // dump-program show what compile would generate for it.
+  // The schedule picks each matmul's kernels for the target: check, dump-ir
+  // and dump-program run the pipeline compile would run for it.
   std::string target = "native";
   auto add_target = [&target](CLI::App* command) {
     command->add_option("--target", target, "avx512-vnni, avx512, avx-vnni, avx2, or native (this CPU's best)")
         ->check(CLI::IsMember({"avx512-vnni", "avx512", "avx-vnni", "avx2", "native"}));
   };
+  add_target(check);
   add_target(dump_ir);
 
   auto* dump_program = app.add_subcommand("dump-program", "Print the scheduled program (the text model.so embeds).");
@@ -217,61 +160,49 @@ int main(int argc, char** argv) {
   }
 
   return lumen::run_tool("lumenc", [&]() -> int {
+    lumen::driver::Options options;
+    options.target = parse_target(target);
+    std::map<std::string, double> values;
+    bool all = false;
     if (*check) {
-      lumen::DiagnosticEngine diags;
-      auto ast = check_dsl(file, diags);
-      if (!ast) return 1;
-      // The lowering's limits are errors of `check` too.
-      lumen::DiagnosticEngine lowering_diags;
-      lowering_diags.add_source(file, read_text(file));
-      auto lowered = lumen::ir::lower_ast(*ast, lowering_diags);
-      lowering_diags.print(std::cerr);
-      return lowered ? 0 : 1;
-    }
-    if (*dump_ir) {
-      auto values = parse_settings(settings);
-      lumen::ir::Module m = load_ir(file);
-      if (!only.empty()) {
-        const auto* pass = lumen::passes::find_pass(only);
-        if (!pass) throw Failure("unknown pass '" + only + "' (see lumenc dump-ir --help)");
-        // Every pass after infer_shapes relies on a fully typed IR, which the
-        // pipeline guarantees; a hand-written FILE has to state it.
-        if (pass->name != std::string_view("infer_shapes")) {
-          auto problems = lumen::ir::verify(m, /*require_types=*/true);
-          if (!problems.empty())
-            throw Failure("--only=" + only + " needs a fully typed IR (run infer_shapes first): " + problems.front());
-        }
-        pass->run(m, parse_target(target));
-        lumen::ir::verify_or_throw(m);
-        std::cout << lumen::ir::print_module(m);
-        return 0;
-      }
-      if (after == "lower") {
-        std::cout << lumen::ir::print_module(m);
-        return 0;
-      }
-      bool all = after == "all";
-      if (!all && !lumen::passes::find_pass(after))
+      options.stage = lumen::driver::Stage::Program;  // everything that can refuse the program
+    } else if (*dump_ir) {
+      values = parse_settings(settings);
+      options.stage = lumen::driver::Stage::Ir;
+      options.only_pass = only;
+      all = after == "all";
+      if (!all && after != "lower" && !lumen::passes::find_pass(after))
         throw Failure("unknown pass '" + after + "' (see lumenc dump-ir --help)");
-      lumen::passes::run_pipeline(
-          m, parse_target(target),
-          [&](const lumen::passes::PassInfo& pass, const lumen::ir::Module& current) {
-            if (all) std::cout << "// ----- IR after " << pass.name << " -----\n" << lumen::ir::print_module(current);
-          },
-          all ? std::string_view{} : std::string_view{after});
-      if (!all) std::cout << lumen::ir::print_module(m);
-      if (m.memory) std::cout << arena_report(m, values);
-      return 0;
+      if (!only.empty() && !lumen::passes::find_pass(only))
+        throw Failure("unknown pass '" + only + "' (see lumenc dump-ir --help)");
+      if (all) {
+        options.after_each = [](const lumen::passes::PassInfo& pass, const lumen::ir::Module& current) {
+          std::cout << "// ----- IR after " << pass.name << " -----\n" << lumen::ir::print_module(current);
+        };
+      } else {
+        options.stop_after = after;
+      }
+    } else if (*dump_program) {
+      options.stage = lumen::driver::Stage::Program;
+    } else {
+      options.stage = lumen::driver::Stage::ModelSo;
+      options.output = output;
     }
-    if (*dump_program) {
-      std::cout << lumen::program::serialize(compile_to_program(file, parse_target(target)));
-      return 0;
+
+    lumen::driver::Compilation c;
+    try {
+      c = lumen::driver::compile(lumen::driver::Source::read(file), options);
+    } catch (const lumen::driver::Error& e) {
+      std::cerr << e.diagnostics;
+      throw;
     }
-    if (*compile) {
-      const lumen::Isa isa = parse_target(target);
-      lumen::codegen::emit_model_so(compile_to_program(file, isa), isa, output);
-      return 0;
+    std::cerr << c.diags.format();  // warnings
+
+    if (*dump_ir) {
+      if (!all) std::cout << lumen::ir::print_module(*c.ir);
+      if (only.empty() && c.ir->memory) std::cout << arena_report(*c.ir, values);
     }
+    if (*dump_program) std::cout << lumen::program::serialize(*c.program);
     return 0;
   });
 }

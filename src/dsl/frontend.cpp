@@ -37,4 +37,10 @@ std::unique_ptr<ast::Module> parse_and_check_file(const std::string& path, Diagn
   return parse_and_check(path, text.str(), diags);
 }
 
+std::string model_name(std::string_view filename, std::string_view source) {
+  DiagnosticEngine ignored;
+  std::vector<Token> tokens = lex(filename, source, ignored);
+  return parse(filename, tokens, ignored)->arch;
+}
+
 }  // namespace lumen::dsl

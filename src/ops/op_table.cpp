@@ -137,6 +137,10 @@ Verdict matmul(const OpCall& c) {
     const TensorType& w = c.operands[i + 1];
     int at = static_cast<int>(i + 1);
     if (w.shape.size() != 2) return at_operand(at, "'matmul' needs a 2-D weight [rows, row_length], found " + w.str());
+    // The matmul kernels read Q8_0 weights only (target/packed_q8_0.h).
+    if (w.dtype != DType::Q8_0)
+      return at_operand(at, "'matmul' has no kernel for " + std::string(to_string(w.dtype)) +
+                                " weights: the weight must be q8_0, found " + w.str());
     if (!eq(c, w.shape[1], x.shape[1]))
       return at_op("matmul shapes do not match: " + x.str() + " times " + w.str() + " (row length " +
                                 x.shape[1].text() + " vs " + w.shape[1].text() + ")" + hint(c, x.shape[1], w.shape[1]));

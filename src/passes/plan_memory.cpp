@@ -46,7 +46,8 @@ class Planner {
   }
 
  private:
-  [[noreturn]] void fail(const std::string& msg) { throw ir::IrError("plan_memory: " + msg); }
+  // `line`: the DSL line of the op at fault (see ir::IrError).
+  [[noreturn]] void fail(const std::string& msg, int line) { throw ir::IrError("plan_memory: " + msg, line); }
 
   // ------------------------------------------------------------ liveness
   // Positions: the tokens argument 0, then one per op; the loop header and
@@ -55,38 +56,46 @@ class Planner {
     int pos = 0;
     def_[f_.tokens] = pos++;
     auto visit = [&](const ir::Op& op) {
-      for (ValueId v : ir::op_inputs(op)) use(v, pos);
+      for (ValueId v : ir::op_inputs(op)) use(v, pos, op.line);
       def_[op.result] = pos++;
     };
     for (const auto& op : f_.pre) visit(op);
     if (f_.loop) {
       loop_begin_ = pos;
       for (const auto& c : f_.loop->carried) {
-        use(c.init, pos);
+        use(c.init, pos, f_.loop->line);
         def_[c.arg] = pos;
       }
       ++pos;
       for (const auto& op : f_.loop->body) visit(op);
       loop_end_ = pos;
       for (const auto& c : f_.loop->carried) {
-        use(c.yield, pos);
+        use(c.yield, pos, f_.loop->line);
         def_[c.result] = pos;
       }
       ++pos;
     }
     for (const auto& op : f_.post) visit(op);
-    use(f_.result, pos);  // the runtime reads the logits after the last op
+    use(f_.result, pos, 0);  // the runtime reads the logits after the last op
   }
 
-  void use(ValueId v, int pos) {
+  // `line`: the DSL line of the reader, kept for the last one.
+  void use(ValueId v, int pos, int line) {
     // A value from before the loop read inside it is read in every iteration.
     if (f_.loop && def_.count(v) && def_[v] < loop_begin_ && pos > loop_begin_ && pos <= loop_end_) pos = loop_end_;
     int& last = last_use_[v];
+    if (pos >= last) last_reader_line_[v] = line;
     last = std::max({last, pos, def_.count(v) ? def_[v] : 0});
   }
   int last_use(ValueId v) const {
     auto it = last_use_.find(v);
     return it == last_use_.end() ? def_.at(v) : it->second;
+  }
+  // The DSL line of the op that computes `v` in the loop body, else the loop's.
+  int line_of(ValueId v) const {
+    for (const auto& op : f_.loop->body)
+      if (op.result == v && op.line > 0) return op.line;
+    return f_.loop->line;
   }
 
   // --------------------------------------------------------- buffer sharing
@@ -123,7 +132,7 @@ class Planner {
         return;
       }
       case ops::OpId::Rope:  // rotates in place: its input must be dead afterwards
-        if (last_use(op.operands.at(0)) > def_.at(r)) fail("rope's input is read after the rotation");
+        if (last_use(op.operands.at(0)) > def_.at(r)) fail("rope's input is read after the rotation", op.line);
         place_value(r, slots_.at(op.operands.at(0)));
         return;
       case ops::OpId::MatMul:
@@ -178,7 +187,9 @@ class Planner {
     for (const auto& op : f_.pre) assign_op(op);
     if (f_.loop) {
       for (const auto& c : f_.loop->carried) {
-        if (last_use(c.init) > loop_begin_) fail("a loop's initial value is read after the loop starts");
+        if (last_use(c.init) > loop_begin_)
+          fail("a loop's initial value is read after the loop starts",
+               last_reader_line_.at(c.init) > 0 ? last_reader_line_.at(c.init) : f_.loop->line);
         place_value(c.arg, slots_.at(c.init));
       }
       for (const auto& op : f_.loop->body) assign_op(op);
@@ -186,7 +197,7 @@ class Planner {
         const Slot& a = slots_.at(c.arg);
         const Slot& y = slots_.at(c.yield);
         if (a.buffer != y.buffer || !(a.col_offset == y.col_offset))
-          fail("the layer loop yields a value that is not computed in place of the carried one");
+          fail("the layer loop yields a value that is not computed in place of the carried one", line_of(c.yield));
         place_value(c.result, a);
       }
     }
@@ -260,7 +271,7 @@ class Planner {
 
   ir::Module& m_;
   ir::Function& f_;
-  std::map<ValueId, int> def_, last_use_;
+  std::map<ValueId, int> def_, last_use_, last_reader_line_;
   int loop_begin_ = -1, loop_end_ = -1;
   std::map<ValueId, Slot> slots_;
   std::vector<ir::ArenaBuffer> buffers_;

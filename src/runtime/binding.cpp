@@ -3,6 +3,7 @@
 // repacking of matmul weights into the kernels' row-group format.
 #include "lumen/runtime/binding.h"
 #include "lumen/ops/op_list.h"
+#include "lumen/common/cache.h"
 #include "lumen/target/page_buffer.h"
 
 #include "lumen/runtime/pack_cache.h"

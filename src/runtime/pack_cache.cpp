@@ -14,17 +14,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <xxhash.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <vector>
 
+#include "lumen/common/cache.h"
 #include "lumen/runtime/thread_pool.h"
 
 namespace lumen::runtime {
@@ -149,14 +147,7 @@ bool page_cache_has_huge_folios(int fd) {
 
 size_t huge_page_bytes(size_t bytes) { return bytes / kHugePage * kHugePage; }
 
-std::string default_pack_cache_dir() {
-  if (const char* dir = std::getenv("LUMEN_CACHE_DIR"); dir != nullptr && *dir != '\0') return dir;
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0')
-    return std::string(xdg) + "/lumen";
-  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0')
-    return std::string(home) + "/.cache/lumen";
-  return "";
-}
+std::string default_pack_cache_dir() { return cache_dir(); }
 
 std::string PackCacheKey::hex() const {
   static const char* digits = "0123456789abcdef";
@@ -165,8 +156,6 @@ std::string PackCacheKey::hex() const {
     for (int shift = 60; shift >= 0; shift -= 4) s += digits[(v >> shift) & 15];
   return s;
 }
-
-uint64_t hash_bytes(const void* data, size_t bytes, uint64_t seed) { return XXH3_64bits_withSeed(data, bytes, seed); }
 
 uint64_t hash_parallel(const uint8_t* data, size_t bytes, uint64_t seed, ThreadPool& pool) {
   std::vector<uint64_t> piece(pieces_of(bytes));

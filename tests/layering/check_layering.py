@@ -21,10 +21,11 @@ ALLOWED = {
     "ir": {"dsl", "ops", "common"},
     "passes": {"ir", "dsl", "ops", "program", "target", "common"},
     "codegen": {"program", "target", "common"},
+    "driver": {"codegen", "passes", "ir", "dsl", "program", "target", "common"},
     "runtime": {"program", "ops", "target", "text", "gguf", "common"},
     "server": {"runtime", "text", "gguf", "common"},
 }
-COMPILER = {"dsl", "ir", "passes", "codegen"}
+COMPILER = {"dsl", "ir", "passes", "codegen", "driver"}
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*"lumen/([a-z_]+)/')
 

@@ -21,12 +21,10 @@
 #include <vector>
 
 #include "synth/gguf_synth.h"
-#include "lumen/common/diagnostics.h"
-#include "lumen/dsl/frontend.h"
+#include "lumen/driver/driver.h"
 #include "lumen/gguf/gguf.h"
-#include "lumen/ir/lower_ast.h"
+#include "lumen/gguf/json.h"
 #include "lumen/ops/op_table.h"
-#include "lumen/passes/passes.h"
 #include "lumen/program/program.h"
 #include "lumen/runtime/session.h"
 #include "lumen/text/tokenizer.h"
@@ -57,16 +55,9 @@ fs::path scratch_dir() {
 }
 
 program::Program compile(const std::string& dsl_path) {
-  const std::string text = runtime::testing::read_file(dsl_path);
-  DiagnosticEngine diags;
-  auto ast = dsl::parse_and_check(dsl_path, text, diags);
-  EXPECT_TRUE(ast) << dsl_path;
-  DiagnosticEngine lowering;
-  lowering.add_source(dsl_path, text);
-  auto m = ir::lower_ast(*ast, lowering);
-  EXPECT_TRUE(m);
-  passes::run_pipeline(*m, best_isa(cpu_features()));
-  return passes::lower_to_program(*m);
+  driver::Options options;
+  options.target = best_isa(cpu_features());  // the kernels the in-process model runs
+  return *driver::compile(driver::Source::read(dsl_path), options).program;
 }
 
 using test_support::argmax;
@@ -327,7 +318,11 @@ TEST(OneCommand, AnExplicitModelSoStillWorks) {
   config.vocab_from = vocab;
   const fs::path gguf_path = scratch_dir() / "explicit.gguf", so = scratch_dir() / "qwen3.so";
   gguf::synthesize(config, gguf_path.string());
-  codegen::emit_model_so(compile(LUMEN_SOURCE_DIR "/dsl/qwen3.dsl"), best_isa(cpu_features()), so.string());
+  driver::Options options;
+  options.stage = driver::Stage::ModelSo;
+  options.target = best_isa(cpu_features());
+  options.output = so.string();
+  driver::compile(driver::Source::read(LUMEN_SOURCE_DIR "/dsl/qwen3.dsl"), options);
   Result r = run_lumen_run("'" + so.string() + "' --gguf '" + gguf_path.string() + "' -p hi -n 2 -t 1", scratch_dir() / "cache-unused");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err.find("compiled"), std::string::npos) << r.err;

@@ -1,16 +1,21 @@
 // The verdict test: hundreds of programs mutated from dsl/qwen2.dsl and
-// dsl/llama.dsl (fixed seed) get the same verdict from `lumenc check`,
-// `lumenc dump-ir` and `lumenc compile`; every rejection is a
-// file:line:col diagnostic with a caret; nothing is an internal error. The
-// pipeline runs in process for all of them (what each subcommand runs, up to
-// the kernels); the CLI runs on a sample, and lumen-run on a few accepted
-// ones. Also: tests/data/wide_heads.dsl (n_head * head_dim != n_embd)
+// dsl/llama.dsl (fixed seed) get one verdict from `lumenc check`,
+// `lumenc dump-ir` and `lumenc compile`: all accept, or all reject with the
+// same first diagnostic, at file:line:col with a caret; nothing is an
+// internal error, and every program check accepts compiles. For every
+// mutant the compile driver runs what each subcommand asks of it (lumenc is
+// one driver call per subcommand), `compile` through the generation of every
+// kernel; the lumenc binary runs on a sample, to model.so, and lumen-run on a
+// few accepted ones. Also: a matmul on an f16 weight and a layer loop that
+// does not update its carried value in place are refused by `check` at the
+// line at fault, and tests/data/wide_heads.dsl (n_head * head_dim != n_embd)
 // compiles, binds and runs.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -20,14 +25,9 @@
 #include <sstream>
 #include <string_view>
 
-#include "lumen/codegen/codegen.h"
 #include "lumen/common/internal_error.h"
-#include "lumen/dsl/frontend.h"
-#include "lumen/ir/lower_ast.h"
-#include "lumen/ir/verifier.h"
+#include "lumen/driver/driver.h"
 #include "lumen/ops/op_table.h"
-#include "lumen/passes/passes.h"
-#include "lumen/program/program.h"
 
 namespace {
 
@@ -224,7 +224,11 @@ std::string mutate(const std::string& s, Rng& rng) {
           for (const char* d : kDtypes)
             if (tok(i) == d) dts.push_back(i);
         if (dts.empty()) break;
-        return replace(t[pick(dts)].begin, t[pick(dts)].end, kDtypes[rng.below(4)]);
+        const size_t i = pick(dts);
+        std::vector<const char*> others;
+        for (const char* d : kDtypes)
+          if (tok(i) != d) others.push_back(d);
+        return replace(t[i].begin, t[i].end, others[rng.below(others.size())]);
       }
       case 11: {  // another dim in a shape
         if (dims.empty()) break;
@@ -244,42 +248,53 @@ std::string mutate(const std::string& s, Rng& rng) {
 
 // ----------------------------------------------------------------- verdicts
 
+// The subcommands, as lumenc asks the driver for them.
+enum class Subcommand { Check, DumpIr, Compile };
+constexpr Subcommand kSubcommands[] = {Subcommand::Check, Subcommand::DumpIr, Subcommand::Compile};
+const char* to_string(Subcommand s) {
+  return s == Subcommand::Check ? "check" : s == Subcommand::DumpIr ? "dump-ir" : "compile";
+}
+
+lumen::driver::Options options_of(Subcommand s) {
+  lumen::driver::Options o;
+  o.target = lumen::Isa::Avx2;
+  o.stage = s == Subcommand::Check    ? lumen::driver::Stage::Program
+            : s == Subcommand::DumpIr ? lumen::driver::Stage::Ir
+                                      : lumen::driver::Stage::Kernels;  // lumenc writes model.so from these
+  return o;
+}
+
 struct Verdict {
   bool accepted = false;
-  std::string diagnostics;
-  std::string failure;  // a broken promise (accepted but a later stage fails, an internal error)
+  std::string diagnostics;  // formatted: a rejection's errors, an acceptance's warnings
+  std::string first_error;  // a rejection's first "NAME:LINE:COL: error: ..." line
+  std::string summary;      // a rejection's one line (driver::Error::what)
+  std::string failure;      // a broken promise: an internal error, a rejection without a diagnostic, no kernels
 };
 
-// What `lumenc check` runs, then what dump-ir and compile add: verification,
-// the passes, the program (and its text form) and every kernel it names.
-Verdict run_pipeline(const std::string& name, const std::string& text, std::set<std::string>& kernels_done) {
+std::string first_error_line(const std::string& diagnostics) {
+  std::stringstream ss(diagnostics);
+  for (std::string line; std::getline(ss, line);)
+    if (line.find(": error: ") != std::string::npos) return line;
+  return "";
+}
+
+Verdict run_driver(const std::string& name, const std::string& text, Subcommand s) {
   Verdict v;
   try {
-    lumen::DiagnosticEngine diags;
-    auto ast = lumen::dsl::parse_and_check(name, text, diags);
-    std::optional<lumen::ir::Module> m;
-    if (ast) m = lumen::ir::lower_ast(*ast, diags);
-    v.diagnostics = diags.format();
-    if (!m) return v;
+    const lumen::driver::Compilation c = lumen::driver::compile({name, text}, options_of(s));
     v.accepted = true;
-    auto problems = lumen::ir::verify(*m, /*require_types=*/false);
-    if (!problems.empty()) {
-      v.failure = "check accepts, the verifier rejects: " + problems.front();
-      return v;
-    }
-    lumen::passes::run_pipeline(*m, lumen::Isa::Avx2);
-    lumen::program::Program p = lumen::passes::lower_to_program(*m);
-    std::string serialized = lumen::program::serialize(p);
-    for (const lumen::program::Section s : lumen::program::kSections)
-      for (const lumen::program::Op& op : p.ops(s))
-        if (op.kind == lumen::ops::OpId::MatMul)
-          for (const auto& k : op.schedule.kernels())
-            if (kernels_done.insert(lumen::program::to_string(k)).second)
-              lumen::codegen::generate_matmul_kernel(lumen::Isa::Avx2, k);
+    v.diagnostics = c.diags.format();
+    if (s == Subcommand::Compile && c.kernels.empty()) v.failure = "compiled without kernels";
+    for (const auto& [kernel, code] : c.kernels)
+      if (code.empty()) v.failure = "no code for kernel " + kernel;
+  } catch (const lumen::driver::Error& e) {
+    v.diagnostics = e.diagnostics;
+    v.first_error = first_error_line(e.diagnostics);
+    v.summary = e.what();
+    if (v.first_error.empty()) v.failure = std::string("rejected without a diagnostic: ") + e.what();
   } catch (const lumen::InternalError& e) {
-    v.failure = std::string("internal error: ") + e.what();
-  } catch (const std::exception& e) {
-    v.failure = std::string("check accepts, a later stage rejects: ") + e.what();
+    v.failure = e.what();
   }
   return v;
 }
@@ -348,18 +363,24 @@ std::vector<Mutant> mutants() {
   return out;
 }
 
-TEST(Verdict, MutatedProgramsAreRejectedWithALocationOrCompile) {
-  std::set<std::string> kernels;
+TEST(Verdict, CheckDumpIrAndCompileGiveOneVerdictToEveryMutant) {
   int accepted = 0, rejected = 0;
   for (const Mutant& m : mutants()) {
     SCOPED_TRACE(edit_of(m));
-    Verdict v = run_pipeline(m.name, m.text, kernels);
-    EXPECT_EQ(v.failure, "");
-    if (v.accepted) {
+    const Verdict check = run_driver(m.name, m.text, Subcommand::Check);
+    EXPECT_EQ(check.failure, "");
+    for (Subcommand s : {Subcommand::DumpIr, Subcommand::Compile}) {
+      const Verdict v = run_driver(m.name, m.text, s);
+      EXPECT_EQ(v.failure, "") << to_string(s);
+      EXPECT_EQ(v.accepted, check.accepted) << to_string(s) << " disagrees with check: " << v.diagnostics;
+      EXPECT_EQ(v.diagnostics, check.diagnostics) << to_string(s) << " disagrees with check";
+      EXPECT_EQ(v.summary, check.summary) << to_string(s) << " disagrees with check";
+    }
+    if (check.accepted) {
       ++accepted;
     } else {
       ++rejected;
-      EXPECT_EQ(diagnostics_problem(m.name, v.diagnostics), "") << v.diagnostics;
+      EXPECT_EQ(diagnostics_problem(m.name, check.diagnostics), "") << check.diagnostics;
     }
     if (::testing::Test::HasFailure()) break;  // one mutant's report is enough to read
   }
@@ -368,6 +389,31 @@ TEST(Verdict, MutatedProgramsAreRejectedWithALocationOrCompile) {
   // Both verdicts are well represented: the mutations are neither all fatal nor all harmless.
   EXPECT_GE(accepted, 40);
   EXPECT_GE(rejected, 200);
+}
+
+// Every mutation kind edits what it says: "another dtype" swaps exactly one
+// dtype token for a different one, so some mutants differ from their base
+// in one dtype and nothing else.
+TEST(Verdict, TheDtypeMutationSwapsOneDtype) {
+  static const char* const kDtypes[] = {"f32", "f16", "q8_0", "i32"};
+  int one_dtype_edits = 0;
+  for (const Mutant& m : mutants()) {
+    const std::string base = read_file(fs::path(LUMEN_SOURCE_DIR) / "dsl" / m.base);
+    const std::vector<Token> a = tokenize(base), b = tokenize(m.text);
+    if (a.size() != b.size()) continue;
+    int differ = 0;
+    bool dtypes_only = true;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const std::string x = base.substr(a[i].begin, a[i].end - a[i].begin);
+      const std::string y = m.text.substr(b[i].begin, b[i].end - b[i].begin);
+      if (x == y) continue;
+      ++differ;
+      dtypes_only = dtypes_only && std::count(std::begin(kDtypes), std::end(kDtypes), x) == 1 &&
+                    std::count(std::begin(kDtypes), std::end(kDtypes), y) == 1;
+    }
+    if (differ == 1 && dtypes_only) ++one_dtype_edits;
+  }
+  EXPECT_GE(one_dtype_edits, 10);
 }
 
 // ---------------------------------------------------------------------- CLI
@@ -400,35 +446,49 @@ class CliVerdict : public ::testing::Test {
   static std::string tool(const char* name) { return quote(std::string(LUMEN_BINARY_DIR) + "/tools/" + name); }
   static std::string tiny_gguf() { return std::string(LUMEN_SHARED_DIR) + "/reference/tiny-qwen2-a.gguf"; }
 
+  // The three subcommands of the lumenc binary on `file` (holding `text`):
+  // the driver's verdict, its diagnostics on stderr, then its one line; an
+  // accepted program compiles to `so`.
+  void expect_one_verdict(const fs::path& file, const std::string& text, const fs::path& so) {
+    std::ofstream(file) << text;
+    const Verdict v = run_driver(file.string(), text, Subcommand::Check);
+    ASSERT_EQ(v.failure, "");
+    const std::string path = quote(file.string());
+    std::string err[3];
+    const int status[3] = {run(tool("lumenc") + " check " + path, &err[0]),
+                           run(tool("lumenc") + " dump-ir " + path, &err[1]),
+                           run(tool("lumenc") + " compile --target avx2 " + path + " -o " + quote(so.string()), &err[2])};
+    for (Subcommand s : kSubcommands) {
+      const int i = static_cast<int>(s);
+      EXPECT_EQ(status[i], v.accepted ? 0 : 1) << to_string(s) << ": " << err[i];
+      EXPECT_EQ(err[i], v.accepted ? v.diagnostics : v.diagnostics + "lumenc: error: " + v.summary + "\n")
+          << to_string(s);
+    }
+    if (!v.accepted) {
+      EXPECT_EQ(diagnostics_problem(file.string(), v.diagnostics), "") << v.diagnostics;
+    }
+    if (v.accepted) {
+      EXPECT_GT(fs::file_size(so), 0u);
+    }
+  }
+
   fs::path dir_;
 };
 
-TEST_F(CliVerdict, CheckDumpIrAndCompileAgreeOnASample) {
-  std::set<std::string> kernels;
-  std::vector<Mutant> all = mutants();
+TEST_F(CliVerdict, LumencAgreesWithTheDriverOnASample) {
+  const std::vector<Mutant> all = mutants();
   int accepted = 0, rejected = 0, ran = 0;
   const bool have_gguf = fs::exists(tiny_gguf());
-  for (size_t i = 0; i < all.size() && (accepted < 4 || rejected < 4); i += 3) {
+  constexpr int kEach = 6;
+  for (size_t i = 0; i < all.size() && (accepted < kEach || rejected < kEach); i += 3) {
     const Mutant& m = all[i];
-    bool ok = run_pipeline(m.name, m.text, kernels).accepted;
-    if ((ok && accepted >= 4) || (!ok && rejected >= 4)) continue;
+    const bool ok = run_driver(m.name, m.text, Subcommand::Check).accepted;
+    if ((ok && accepted >= kEach) || (!ok && rejected >= kEach)) continue;
     (ok ? accepted : rejected) += 1;
     SCOPED_TRACE(edit_of(m));
-    fs::path file = dir_ / m.name;
-    std::ofstream(file) << m.text;
-    std::string err_check, err_dump, err_compile;
-    int check = run(tool("lumenc") + " check " + quote(file.string()), &err_check);
-    int dump = run(tool("lumenc") + " dump-ir " + quote(file.string()), &err_dump);
-    fs::path so = dir_ / (m.name + ".so");
-    int compile =
-        run(tool("lumenc") + " compile --target avx2 " + quote(file.string()) + " -o " + quote(so.string()), &err_compile);
-    EXPECT_EQ(check, ok ? 0 : 1) << err_check;
-    EXPECT_EQ(dump, check) << err_dump;
-    EXPECT_EQ(compile, check) << err_compile;
-    if (!ok) {
-      EXPECT_NE(err_check.find(file.string() + ":"), std::string::npos) << err_check;
-      EXPECT_NE(err_check.find("^"), std::string::npos) << err_check;
-    } else if (have_gguf && ran < 2 && m.name.rfind("qwen2", 0) == 0) {
+    const fs::path so = dir_ / (m.name + ".so");
+    expect_one_verdict(dir_ / m.name, m.text, so);
+    if (ok && have_gguf && ran < 2 && m.name.rfind("qwen2", 0) == 0) {
       // An accepted program runs, or lumen-run refuses it with a one-line error.
       ++ran;
       std::string err_run;
@@ -439,11 +499,61 @@ TEST_F(CliVerdict, CheckDumpIrAndCompileAgreeOnASample) {
           << status << ": " << err_run;
     }
   }
-  EXPECT_EQ(accepted, 4);
-  EXPECT_EQ(rejected, 4);
+  EXPECT_EQ(accepted, kEach);
+  EXPECT_EQ(rejected, kEach);
   if (have_gguf) {
     EXPECT_GT(ran, 0);
   }
+}
+
+// qwen2.dsl with `from` (once) replaced by `to`.
+std::string qwen2_with(const std::string& from, const std::string& to) {
+  std::string text = read_file(fs::path(LUMEN_SOURCE_DIR) / "dsl" / "qwen2.dsl");
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+// "NAME:LINE:COL: error: " for the first line of `text` containing `line_text`,
+// the column that of `at` in it.
+std::string location(const std::string& name, const std::string& text, const std::string& line_text,
+                     const std::string& at) {
+  std::stringstream ss(text);
+  int line = 0;
+  for (std::string l; std::getline(ss, l);) {
+    ++line;
+    if (l.find(line_text) == std::string::npos) continue;
+    return name + ":" + std::to_string(line) + ":" + std::to_string(l.find(at) + 1) + ": error: ";
+  }
+  ADD_FAILURE() << "no line with " << line_text;
+  return "";
+}
+
+// The kernels read q8_0 weights only: check refuses an f16 matmul weight at
+// the argument, as compile would (schedule once refused it without a place).
+TEST_F(CliVerdict, CheckRefusesAnF16MatmulWeightWhereItIsUsed) {
+  const std::string text = qwen2_with("wo        : q8_0[n_embd, n_embd]", "wo        : f16[n_embd, n_embd]");
+  const fs::path file = dir_ / "qwen2_f16_wo.dsl";
+  const Verdict v = run_driver(file.string(), text, Subcommand::Check);
+  EXPECT_FALSE(v.accepted);
+  EXPECT_EQ(v.first_error, location(file.string(), text, "matmul(a, wo[l])", "wo[l]") +
+                               "'matmul' has no kernel for f16 weights: the weight must be q8_0, found f16[n_embd, n_embd]");
+  expect_one_verdict(file, text, dir_ / "qwen2_f16_wo.so");
+}
+
+// A limit of memory planning, not of any one op: the carried value of the
+// layer loop must be updated in place. check reports it at the statement.
+TEST_F(CliVerdict, CheckRefusesALoopThatDoesNotUpdateItsCarriedValueInPlace) {
+  const std::string last = "    x = x + matmul(silu(matmul(h, wgate[l])) * matmul(h, wup[l]), wdown[l])\n";
+  const std::string text = qwen2_with(last, last + "    x = rms_norm(x, ffn_norm[l], rms_eps)\n");
+  const fs::path file = dir_ / "qwen2_norm_last.dsl";
+  const Verdict v = run_driver(file.string(), text, Subcommand::Check);
+  EXPECT_FALSE(v.accepted);
+  EXPECT_EQ(v.first_error, location(file.string(), text, "x = rms_norm(x, ffn_norm[l]", "x = rms_norm") +
+                               "plan_memory: the layer loop yields a value that is not computed in place of the "
+                               "carried one");
+  expect_one_verdict(file, text, dir_ / "qwen2_norm_last.so");
 }
 
 // n_embd != n_head * head_dim (Qwen3, Gemma): the program compiles, binds to

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "lumen/common/cache.h"
 #include "lumen/runtime/pack_cache.h"
 #include "lumen/runtime/session.h"
 #include "lumen/runtime/thread_pool.h"
@@ -225,27 +226,6 @@ TEST(PackCache, FailedMappingIsReportedAndTheFileStillReads) {
       },
       ::testing::ExitedWithCode(0), "reported: cannot reserve address space");
   fs::remove_all(dir);
-}
-
-TEST(PackCache, DefaultDirectoryFollowsTheEnvironment) {
-  const char* saved[3] = {std::getenv("LUMEN_CACHE_DIR"), std::getenv("XDG_CACHE_HOME"), std::getenv("HOME")};
-  const std::string keep[3] = {saved[0] ? saved[0] : "", saved[1] ? saved[1] : "", saved[2] ? saved[2] : ""};
-  setenv("LUMEN_CACHE_DIR", "/a", 1);
-  setenv("XDG_CACHE_HOME", "/b", 1);
-  setenv("HOME", "/c", 1);
-  EXPECT_EQ(default_pack_cache_dir(), "/a");
-  unsetenv("LUMEN_CACHE_DIR");
-  EXPECT_EQ(default_pack_cache_dir(), "/b/lumen");
-  unsetenv("XDG_CACHE_HOME");
-  EXPECT_EQ(default_pack_cache_dir(), "/c/.cache/lumen");
-  const char* names[3] = {"LUMEN_CACHE_DIR", "XDG_CACHE_HOME", "HOME"};
-  for (int i = 0; i < 3; ++i) {
-    if (saved[i]) {
-      setenv(names[i], keep[i].c_str(), 1);
-    } else {
-      unsetenv(names[i]);
-    }
-  }
 }
 
 // The Session's view: miss, hit, corrupt and stale files, same logits throughout.

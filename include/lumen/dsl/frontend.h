@@ -22,4 +22,9 @@ std::unique_ptr<ast::Module> parse_and_check(std::string_view filename, std::str
 // The same for a file on disk; an unreadable file is a diagnostic.
 std::unique_ptr<ast::Module> parse_and_check_file(const std::string& path, DiagnosticEngine& diags);
 
+// The architecture a program describes: the NAME of its `model NAME` line, or
+// "" when it has none. Only parses (the rest of the program may be wrong) and
+// reports nothing: finding the program for a GGUF file asks every program.
+std::string model_name(std::string_view filename, std::string_view source);
+
 }  // namespace lumen::dsl

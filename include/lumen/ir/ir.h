@@ -203,8 +203,11 @@ int use_count(const Function& f, ValueId v);
 void replace_uses(Function& f, ValueId from, ValueId to);
 
 // Thrown for malformed IR text and by passes on IR they cannot handle.
+// `line` is the DSL line of the op at fault (Op::line) when a pass blames
+// one, so that the driver can point at it; 0 otherwise.
 struct IrError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit IrError(const std::string& message, int line = 0) : std::runtime_error(message), line(line) {}
+  int line = 0;
 };
 
 }  // namespace lumen::ir

@@ -57,8 +57,8 @@ void fuse_norm_quant(ir::Module& m);
 /// decode_kernel (N == 1), batch_kernel (N = 2..8), prefill_kernel (larger N;
 /// its tile is the register tile the kernel runs on `target`), rows_per_task,
 /// tokens_per_task (kernels as to_string(program::KernelId)).
-/// Throws ir::IrError for a matmul no kernel implements (weights not q8_0);
-/// an input that is not act_q8 is an InternalError. Preconditions: all
+/// Weights that are not q8_0 (the op table's matmul rule refuses them) and
+/// an input that is not act_q8 are InternalErrors. Preconditions: all
 /// fusions (the epilogue picks the kernel), insert_quantize.
 void schedule(ir::Module& m, Isa target);
 /// The prefill kernel schedule gives a matmul of epilogue `e` on `target`.
@@ -68,7 +68,11 @@ program::KernelId prefill_kernel(Isa target, program::Epilogue e);
 /// rope in place, a residual matmul writing over its residual, loop-carried
 /// values) form one buffer; buffers get 64-byte aligned symbolic offsets,
 /// by liveness, such that no two buffers live at the same time overlap.
-/// Sets Module::memory. Preconditions: schedule (the op list is final).
+/// Sets Module::memory. Throws ir::IrError, with the DSL line of the op at
+/// fault, when a value that must be computed in place cannot be: rope's input
+/// read after the rotation, a loop's initial value read after the loop
+/// starts, a loop yielding a value not computed in place of the carried one.
+/// Preconditions: schedule (the op list is final).
 void plan_memory(ir::Module& m);
 
 /// The scheduled, memory-planned IR as a program::Program (weights in ggml

@@ -14,8 +14,8 @@ namespace lumen::runtime {
 
 class ThreadPool;
 
-// LUMEN_CACHE_DIR, else $XDG_CACHE_HOME/lumen, else $HOME/.cache/lumen
-// ("" when none of them is set).
+// The packed-weight cache's folder: Lumen's cache folder (common/cache.h,
+// shared with the compiled models); "" when there is none.
 std::string default_pack_cache_dir();
 
 // 128-bit key of what the packed bytes are a function of.
@@ -25,12 +25,8 @@ struct PackCacheKey {
   std::string hex() const;  // 32 hex digits, the file name
 };
 
-// A fast non-cryptographic 64-bit hash (XXH3, Debian libxxhash-dev): detects
-// corruption and changed contents, not tampering.
-uint64_t hash_bytes(const void* data, size_t bytes, uint64_t seed);
-
-// Hashes `bytes` at `data` in 4 MiB pieces on `pool`: the same value for the
-// same bytes whatever the thread count.
+// Hashes `bytes` at `data` in 4 MiB pieces on `pool` with the cache hash
+// (common/cache.h): the same value for the same bytes whatever the thread count.
 uint64_t hash_parallel(const uint8_t* data, size_t bytes, uint64_t seed, ThreadPool& pool);
 
 enum class PackCacheRead { Hit, Missing, Corrupt, Stale };
