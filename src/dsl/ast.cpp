@@ -209,12 +209,12 @@ std::optional<ops::Dim> to_dim(const Expr& e, const Expr** bad) {
     }
     case Expr::Kind::Call: {
       auto& c = static_cast<const CallExpr&>(e);
-      if ((c.builtin != Builtin::Min && c.builtin != Builtin::Max) || c.args.size() != 2) break;
+      if ((c.fn != ScalarFn::Min && c.fn != ScalarFn::Max) || c.args.size() != 2) break;
       auto a = sub(*c.args[0].value);
       if (!a) return std::nullopt;
       auto b = sub(*c.args[1].value);
       if (!b) return std::nullopt;
-      return c.builtin == Builtin::Min ? ops::min(*a, *b) : ops::max(*a, *b);
+      return c.fn == ScalarFn::Min ? ops::min(*a, *b) : ops::max(*a, *b);
     }
     default: break;
   }

@@ -99,7 +99,7 @@ class Lowering {
       pw.name = w.name;
       pw.gguf_name = w.gguf_name;
       pw.per_layer = w.per_layer;
-      pw.dtypes = {w.dtype};
+      pw.dtypes.push_back(w.dtype);
       for (auto it = w.shape.rbegin(); it != w.shape.rend(); ++it) pw.shape.push_back(*it);  // ggml order
       pw.fallback = w.fallback;
       pw.optional = w.optional;

@@ -74,7 +74,7 @@ TEST(EmitModel, EveryAbiFieldReadsBackAsWritten) {
     std::set<program::KernelId> named;
     for (const auto* ops : {&program.pre, &program.layer, &program.post})
       for (const program::Op& op : *ops)
-        if (op.kind == program::OpKind::MatMul)
+        if (op.kind == ops::OpId::MatMul)
           for (const program::KernelId& k : op.schedule.kernels()) named.insert(k);
     ASSERT_EQ(abi->n_kernels, named.size());
     ASSERT_NE(abi->kernels, nullptr);

@@ -517,8 +517,7 @@ TEST(Lumenc, ChecksDumpsAndReportsErrors) {
   EXPECT_EQ(out.rfind("lumenc: error: plan_memory alone needs a fully typed IR (run infer_shapes first): ", 0), 0u)
       << out;
   EXPECT_EQ(run_lumenc("dump-program " + source_path("dsl/qwen2.dsl"), &out), 0);
-  EXPECT_EQ(out.rfind("lumen-program 3
-", 0), 0u) << out.substr(0, 100);
+  EXPECT_EQ(out.rfind("lumen-program 3\n", 0), 0u) << out.substr(0, 100);
   // The kernels of the --target: AVX2's registers hold m16n4, not m48n4.
   EXPECT_EQ(run_lumenc("dump-program --target avx2 " + source_path("dsl/qwen2.dsl"), &out), 0);
   EXPECT_NE(out.find("prefill_kernel=\"gemm.bias.m16n4\""), std::string::npos);
@@ -551,7 +550,7 @@ func @forward(%0 : i32[N]) -> f32[N, n_vocab] {
         << what;
   }
   Module m = lumen::ir::parse_module(text);
-  EXPECT_THROW(lumen::passes::schedule(m), lumen::InternalError);
+  EXPECT_THROW(lumen::passes::schedule(m, kTarget), lumen::InternalError);
 }
 
 // Passes on IR that parses and verifies (open types allowed) either work or
