@@ -739,4 +739,16 @@ void softcap(const float* x, float* y, int64_t n, float cap) {
 
 void softmax_row(const float* x, float* y, int64_t n) { softmax<false>(x, y, n, 1.0f); }
 
+const RowKernel* row_kernel(ops::OpId op) {
+  static const RowKernel kScale{scale, true, false};
+  static const RowKernel kGelu{[](const float* x, float* y, int64_t n, float) { gelu(x, y, n); }, false, false};
+  static const RowKernel kSoftcap{softcap, true, true};
+  switch (op) {
+    case ops::OpId::Scale: return &kScale;
+    case ops::OpId::Gelu: return &kGelu;
+    case ops::OpId::Softcap: return &kSoftcap;
+    default: return nullptr;
+  }
+}
+
 }  // namespace lumen::runtime::kernels

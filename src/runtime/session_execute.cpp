@@ -200,21 +200,13 @@ void Session::Impl::run_op(const ROp& r, Section section, size_t index, int64_t 
     case OpId::Softmax:
       pool->parallel_for(rows, [&](int64_t i, int) { kernels::softmax_row(r.in[0].f32(i), r.out.f32(i), r.in[0].cols); });
       break;
-    case OpId::Scale:
-    case OpId::Gelu:
-    case OpId::Softcap:
-      pool->parallel_for(rows, [&](int64_t i, int) {
-        const float* x = r.in[0].f32(i);
-        float* y = r.out.f32(i);
-        const int64_t cols = r.in[0].cols;
-        if (op.kind == OpId::Scale)
-          kernels::scale(x, y, cols, r.scalar);
-        else if (op.kind == OpId::Gelu)
-          kernels::gelu(x, y, cols);
-        else
-          kernels::softcap(x, y, cols, r.scalar);
-      });
+    default: {
+      // An element-wise op with a row kernel: kernels.h says which ops have one.
+      const kernels::RowKernel* k = kernels::row_kernel(op.kind);
+      LUMEN_ASSERT(k != nullptr, std::string("no kernel runs ") + ::lumen::ops::id_name(op.kind));
+      pool->parallel_for(rows, [&](int64_t i, int) { k->run(r.in[0].f32(i), r.out.f32(i), r.in[0].cols, r.scalar); });
       break;
+    }
     case OpId::Last:
       std::memmove(r.out.f32(0), r.in[0].f32(take_row), static_cast<size_t>(r.in[0].cols) * sizeof(float));
       break;

@@ -135,10 +135,10 @@ const Plan& Session::Impl::plan_for(int64_t n) {
         r.window_pattern = op.window_pattern ? eval(*op.window_pattern, "the window pattern") : 0;
         r.kv_slot = kv_slots++;
       }
-      if (op.kind == OpId::Scale)
-        r.scalar = op.scalar_sqrt ? std::sqrt(static_cast<float>(eval(*op.scalar_sqrt, "the scale factor")))
-                                  : hparam_value(op.scalar_hparam, "scale factor");
-      if (op.kind == OpId::Softcap) r.scalar = hparam_value(op.scalar_hparam, "cap");
+      // A row kernel's scalar: the square root of a size (scale's factor_sqrt), else an hparam.
+      if (const kernels::RowKernel* k = kernels::row_kernel(op.kind); k && k->reads_scalar)
+        r.scalar = op.scalar_sqrt ? std::sqrt(static_cast<float>(eval(*op.scalar_sqrt, "the scalar")))
+                                  : hparam_value(op.scalar_hparam, "scalar");
       r.profile_key = ::lumen::ops::id_name(op.kind);
       // The rows this matmul sees decide the kernel: after Last it is one.
       if (op.kind == OpId::MatMul) choose_kernel(r, s, i, r.in.size() == 1 ? r.in[0].rows : 0);
@@ -370,8 +370,18 @@ void Session::Impl::check_op(const ROp& r, Section section, size_t index, int64_
       need(r.window >= 0 && r.window_pattern >= 0 && r.attn_softcap >= 0 && std::isfinite(r.attn_scale),
            "the window, its pattern and the soft-capping must not be negative");
       break;
-    case OpId::Softcap: need(r.scalar > 0, "the cap must be positive"); break;
-    default: break;
+    default:
+      if (const kernels::RowKernel* k = kernels::row_kernel(op.kind); k && k->scalar_positive) {
+        // The attribute's name, as the DSL and the IR spell it (a cap).
+        std::string name = "scalar";
+        for (const op_table::AttrSpec& a : info.attrs)
+          if (a.kind == op_table::AttrKind::Scalar) {
+            name = a.name;
+            break;
+          }
+        need(r.scalar > 0, "the " + name + " must be positive");
+      }
+      break;
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 
@@ -313,8 +314,10 @@ struct ToolRun {
 };
 
 ToolRun run_lumen_gguf(const std::string& args) {
-  // ctest runs tests in parallel: names unique to the test.
-  const std::string stem = ::testing::TempDir() + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  // ctest runs tests in parallel (and other builds' suites may share the
+  // folder): names unique to the test and the process.
+  const std::string stem = ::testing::TempDir() + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name() +
+                           "." + std::to_string(::getpid());
   const std::string out = stem + ".out", err = stem + ".err";
   const int status =
       std::system((std::string(LUMEN_BINARY_DIR) + "/tools/lumen-gguf " + args + " >" + out + " 2>" + err).c_str());
@@ -322,8 +325,8 @@ ToolRun run_lumen_gguf(const std::string& args) {
 }
 
 std::string write_temp(const std::string& name, const std::string& text) {
-  const std::string path =
-      ::testing::TempDir() + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "." + name;
+  const std::string path = ::testing::TempDir() + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name() +
+                           "." + std::to_string(::getpid()) + "." + name;
   std::ofstream(path, std::ios::binary) << text;
   return path;
 }

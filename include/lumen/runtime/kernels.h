@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "lumen/ops/op_list.h"
 #include "lumen/program/program.h"
 
 namespace lumen::runtime::kernels {
@@ -86,6 +87,17 @@ void scale(const float* x, float* y, int64_t n, float s);
 void gelu(const float* x, float* y, int64_t n);
 // y = cap * tanh(x * (1/cap)), as ggml's scale, tanh, scale.
 void softcap(const float* x, float* y, int64_t n, float cap);
+
+// The kernel of an element-wise op of the list that maps each row on its own
+// with at most one scalar (scale, gelu, softcap): the session reads the scalar,
+// checks it and runs the rows through `run` without naming the op.
+struct RowKernel {
+  void (*run)(const float* x, float* y, int64_t n, float scalar);  // y may equal x
+  bool reads_scalar;     // the op's scalar attribute (an hparam, or scale's square root of a size)
+  bool scalar_positive;  // the kernel divides by it
+};
+// `op`'s row kernel, or nullptr when it has none.
+const RowKernel* row_kernel(ops::OpId op);
 
 // y = softmax(x) over n values (the Softmax op, one row): exp(x - max) kept in
 // f32, summed in double, times (float)(1/sum), as ggml's soft_max does. y may
