@@ -147,8 +147,6 @@ bool page_cache_has_huge_folios(int fd) {
 
 size_t huge_page_bytes(size_t bytes) { return bytes / kHugePage * kHugePage; }
 
-std::string default_pack_cache_dir() { return cache_dir(); }
-
 std::string PackCacheKey::hex() const {
   static const char* digits = "0123456789abcdef";
   std::string s;

@@ -14,6 +14,7 @@
 
 #include "lumen/gguf/gguf.h"
 #include "lumen/common/numeric.h"
+#include "lumen/ops/op_list.h"
 #include "lumen/runtime/binding.h"
 #include "lumen/runtime/session.h"
 #include "lumen/runtime/thread_pool.h"
@@ -24,6 +25,20 @@ namespace lumen::runtime {
 namespace {
 
 namespace fs = std::filesystem;
+
+// The type list states the block of every type a GGUF file may hold, and the
+// GGUF reader states it too (ggml's table): they must agree, or the binding
+// would size a tensor one way and the reader another.
+TEST(TypeList, FileTypesHaveTheGgufReadersBlocks) {
+  for (const ops::DTypeRow& row : ops::kDTypes) {
+    if (row.ggml_type < 0) continue;
+    SCOPED_TRACE(row.name);
+    const std::optional<gguf::TypeTraits> traits = gguf::type_traits(static_cast<uint32_t>(row.ggml_type));
+    ASSERT_TRUE(traits.has_value());
+    EXPECT_EQ(traits->block_size, static_cast<uint32_t>(row.block_elems));
+    EXPECT_EQ(traits->type_size, static_cast<uint32_t>(row.block_bytes));
+  }
+}
 
 // Shapes of the synthetic model: small, but with a vocabulary that is not a
 // multiple of the pack row group.

@@ -25,6 +25,7 @@
 #include "cli/session_flags.h"
 #include "lumen/codegen/codegen.h"
 #include "lumen/gguf/gguf.h"
+#include "lumen/common/cache.h"
 #include "lumen/runtime/pack_cache.h"
 #include "lumen/runtime/sampler.h"
 #include "lumen/runtime/session.h"
@@ -419,7 +420,7 @@ TEST(SessionFlags, GiveTheSessionOptions) {
   EXPECT_EQ(d.n_batch, runtime_defaults.n_batch);
   EXPECT_EQ(d.n_threads, runtime_defaults.n_threads);
   EXPECT_EQ(d.kv_type, runtime_defaults.kv_type);
-  EXPECT_EQ(d.pack_cache_dir, default_pack_cache_dir());
+  EXPECT_EQ(d.pack_cache_dir, lumen::cache_dir());
   EXPECT_FALSE(d.map_pack_cache);
 
   cli::SessionFlags bench;

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "lumen/runtime/pack_cache.h"
+#include "lumen/common/cache.h"
 
 namespace lumen::cli {
 
@@ -23,7 +23,7 @@ runtime::SessionOptions SessionFlags::session_options(int n_threads) const {
   o.n_batch = n_batch;
   o.n_threads = n_threads;
   o.kv_type = kv_type;
-  if (!no_pack_cache) o.pack_cache_dir = runtime::default_pack_cache_dir();
+  if (!no_pack_cache) o.pack_cache_dir = cache_dir();
   o.map_pack_cache = !pack_cache_read;
   return o;
 }

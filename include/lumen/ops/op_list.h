@@ -45,7 +45,8 @@
 //   weight       a weight may be of this type (a GGUF tensor of it binds)
 //   activation   an activation buffer may hold it
 //   in_dsl       may be written in the DSL (act_q8 is made by a pass)
-// Q8_0's and ActQ8's blocks are the kernels' (the runtime static_asserts them).
+// Q8_0's and ActQ8's blocks are the kernels' (the runtime static_asserts them); a
+// file type's block is also the GGUF reader's (TypeList test in tests/runtime).
 #define LUMEN_DTYPES(X)                                \
   X(F32, "f32", 0, 1, 4, true, true, true)             \
   X(F16, "f16", 1, 1, 2, true, false, true)            \

@@ -14,10 +14,6 @@ namespace lumen::runtime {
 
 class ThreadPool;
 
-// The packed-weight cache's folder: Lumen's cache folder (common/cache.h,
-// shared with the compiled models); "" when there is none.
-std::string default_pack_cache_dir();
-
 // 128-bit key of what the packed bytes are a function of.
 struct PackCacheKey {
   uint64_t lo = 0, hi = 0;

@@ -40,7 +40,7 @@ struct SessionOptions {
   bool all_logits = false;  // keep the logits of every evaluated position (tests)
   bool profile = false;     // time every op (see profile_report)
   // Packed-weight cache directory ("" = none: repack on every load); the
-  // tools pass default_pack_cache_dir() (pack_cache.h) unless --no-pack-cache.
+  // tools pass lumen::cache_dir() (common/cache.h) unless --no-pack-cache.
   std::string pack_cache_dir;
   // Map an intact cache file in place (when it lands on 2 MiB pages) rather
   // than read it into anonymous memory; false reads it (--pack-cache-read).
