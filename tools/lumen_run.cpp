@@ -20,11 +20,10 @@
 #include <vector>
 
 #include "cli/command_line.h"
+#include "cli/model_for_gguf.h"
 #include "cli/sampler_flags.h"
 #include "cli/session_flags.h"
 #include "lumen/common/internal_error.h"
-#include "lumen/driver/driver.h"
-#include "lumen/target/isa.h"
 #include "lumen/text/chat_template.h"
 #include "lumen/gguf/gguf.h"
 #include "lumen/runtime/compiled_model.h"
@@ -59,35 +58,6 @@ std::string read_text_file(const std::string& path) {
   ss << in.rdbuf();
   if (in.bad()) throw RunError("cannot read prompt file '" + path + "'");
   return ss.str();
-}
-
-// ------------------------------------------------ model.so from dsl/ (no model.so given)
-
-// model.so for the GGUF's architecture, compiled for this CPU by the compile
-// driver into the compiled-model cache, or found there.
-std::string model_for_gguf(const Options& o) {
-  std::string arch;
-  try {
-    lumen::gguf::File file = lumen::gguf::File::open(o.gguf_path);
-    auto a = file.get_string("general.architecture");
-    if (!a) throw RunError("'" + o.gguf_path + "' has no general.architecture");
-    arch = *a;
-  } catch (const lumen::gguf::Error& e) {
-    throw RunError(e.what());
-  }
-  const lumen::Isa isa = lumen::best_isa(lumen::cpu_features());
-  try {
-    const lumen::driver::CachedModel model =
-        lumen::driver::model_for_architecture(arch, isa, lumen::driver::dsl_folder(o.dsl_dir));
-    if (model.compiled) {
-      std::fprintf(stderr, "%slumen-run: compiled %s for %s into %s\n", model.warnings.c_str(), model.program.c_str(),
-                   lumen::to_string(isa), model.path.c_str());
-    }
-    return model.path;
-  } catch (const lumen::driver::Error& e) {
-    std::fprintf(stderr, "%s", e.diagnostics.c_str());
-    throw RunError(e.what());
-  }
 }
 
 // Counters for the stats line.
@@ -213,12 +183,15 @@ int run(const Options& o) {
   }
 
   auto load_start = Clock::now();
-  const std::string model_path = o.model_path.empty() ? model_for_gguf(o) : o.model_path;
+  const std::string model_path =
+      o.model_path.empty() ? lumen::cli::model_for_gguf(o.gguf_path, o.dsl_dir, "lumen-run") : o.model_path;
   auto model = std::make_shared<lumen::runtime::CompiledModel>(lumen::runtime::load_model_so(model_path));
   lumen::runtime::SessionOptions so = o.session_options(o.n_threads());
   so.profile = o.profile;
   lumen::runtime::Session session(model, o.gguf_path, so);
   lumen::Tokenizer tok = lumen::Tokenizer::from_gguf(session.gguf());
+  if (const std::string error = lumen::logit_bias_error(o.sampling.logit_bias, session.n_vocab()); !error.empty())
+    throw RunError("--logit-bias: " + error);
   const double load_seconds = std::chrono::duration<double>(Clock::now() - load_start).count();
 
   std::vector<lumen::chat::Message> messages;

@@ -1,6 +1,6 @@
 // llama.cpp's default sampler chain (src/llama-sampling.cpp) and stop-string
-// streaming. The chain works on (id, logit) candidates: penalties change the
-// logits of recently seen tokens, top-k keeps the k best (one pass with a
+// streaming. The chain works on (id, logit) candidates: the logit biases and
+// then the penalties change the logits of the tokens they name, top-k keeps the k best (one pass with a
 // bounded heap, so the vocabulary is never sorted or copied), top-p and min-p
 // cut the sorted list, and temperature scales what is left before the softmax
 // and the random draw.
@@ -51,6 +51,18 @@ void softmax(std::vector<Candidate>& c) {
 
 }  // namespace
 
+std::string logit_bias_error(std::span<const LogitBias> biases, int64_t n_vocab) {
+  for (const LogitBias& b : biases) {
+    if (b.id < 0 || b.id >= n_vocab)
+      return "token id " + std::to_string(b.id) + " is outside the vocabulary [0, " + std::to_string(n_vocab) + ")";
+    if (b.bias == kNegInf) continue;
+    if (!(std::fabs(b.bias) <= kMaxLogitBias))
+      return "the bias of token " + std::to_string(b.id) + " must be in [-" + std::to_string(kMaxLogitBias) +
+             ", " + std::to_string(kMaxLogitBias) + "] or -inf";
+  }
+  return {};
+}
+
 Sampler::Sampler(const SamplerParams& params) : params_(params) {
   const auto is_nan = [](float v) { return std::isnan(v); };
   if (is_nan(params.top_p) || is_nan(params.min_p) || is_nan(params.temp) || is_nan(params.repeat_penalty) ||
@@ -59,6 +71,18 @@ Sampler::Sampler(const SamplerParams& params) : params_(params) {
   }
   if (params.repeat_last_n < 0) throw std::invalid_argument("sampler: repeat_last_n must be >= 0");
   if (params.repeat_penalty <= 0.0f) throw std::invalid_argument("sampler: repeat_penalty must be > 0");
+  if (const std::string error = logit_bias_error(params.logit_bias, std::numeric_limits<int32_t>::max());
+      !error.empty())
+    throw std::invalid_argument("sampler: logit_bias: " + error);
+  bias_ = params.logit_bias;
+  std::stable_sort(bias_.begin(), bias_.end(), [](const LogitBias& a, const LogitBias& b) { return a.id < b.id; });
+  // One entry per id, the biases added in the order given.
+  std::vector<LogitBias> merged;
+  for (const LogitBias& b : bias_) {
+    if (!merged.empty() && merged.back().id == b.id) merged.back().bias += b.bias;
+    else merged.push_back(b);
+  }
+  bias_ = std::move(merged);
   seed_ = params.seed == kRandomSeed ? std::random_device{}() : static_cast<uint32_t>(params.seed);
   rng_.seed(seed_);
   history_.reserve(static_cast<size_t>(params.repeat_last_n));
@@ -85,8 +109,22 @@ int32_t Sampler::filter(std::span<const float> logits, std::vector<Candidate>& w
   if (logits.empty()) throw std::invalid_argument("sampler: empty logits");
   const size_t n = logits.size();
 
-  // Penalties: new logits for the recently seen tokens (at most repeat_last_n).
-  std::vector<std::pair<int32_t, float>> penalized;
+  if (!bias_.empty() && static_cast<size_t>(bias_.back().id) >= n)
+    throw std::invalid_argument("sampler: logit_bias: token id " + std::to_string(bias_.back().id) +
+                                " is outside the vocabulary [0, " + std::to_string(n) + ")");
+  // A token's logit after its bias (bias_ is sorted by id).
+  const auto biased = [&](int32_t id) {
+    float logit = sanitize(logits[id]);
+    const auto it = std::lower_bound(bias_.begin(), bias_.end(), id,
+                                     [](const LogitBias& b, int32_t x) { return b.id < x; });
+    if (it != bias_.end() && it->id == id) logit = sanitize(logit + it->bias);
+    return logit;
+  };
+
+  // Penalties: new logits for the recently seen tokens (at most repeat_last_n),
+  // applied to their biased logits; then the biased tokens not seen recently.
+  // `adjusted` holds every token whose logit differs from logits[id].
+  std::vector<std::pair<int32_t, float>> adjusted;
   const bool penalties_on = params_.repeat_penalty != 1.0f || params_.frequency_penalty != 0.0f ||
                             params_.presence_penalty != 0.0f;
   if (penalties_on && !history_.empty()) {
@@ -98,26 +136,31 @@ int32_t Sampler::filter(std::span<const float> logits, std::vector<Candidate>& w
       else ++it->second;
     }
     for (const auto& [id, count] : counts) {
-      float logit = sanitize(logits[id]);
+      float logit = biased(id);
       // Dividing a negative logit would raise it, so those are multiplied.
       if (logit <= 0.0f) logit *= params_.repeat_penalty;
       else logit /= params_.repeat_penalty;
       logit -= static_cast<float>(count) * params_.frequency_penalty + params_.presence_penalty;
-      penalized.emplace_back(id, sanitize(logit));
+      adjusted.emplace_back(id, sanitize(logit));
     }
   }
-  std::vector<uint8_t> is_penalized;
-  if (!penalized.empty()) {
-    is_penalized.assign(n, 0);
-    for (const auto& [id, logit] : penalized) is_penalized[id] = 1;
+  std::vector<uint8_t> is_adjusted;
+  if (!adjusted.empty() || !bias_.empty()) {
+    is_adjusted.assign(n, 0);
+    for (const auto& [id, logit] : adjusted) is_adjusted[id] = 1;
+    for (const LogitBias& b : bias_) {
+      if (is_adjusted[b.id]) continue;
+      is_adjusted[b.id] = 1;
+      adjusted.emplace_back(b.id, biased(b.id));
+    }
   }
-  // Visits every (id, logit) after penalties, without building a vocabulary-sized list.
+  // Visits every (id, logit) after biases and penalties, without building a vocabulary-sized list.
   const auto for_each_candidate = [&](auto&& visit) {
     for (size_t i = 0; i < n; ++i) {
-      if (!is_penalized.empty() && is_penalized[i]) continue;
+      if (!is_adjusted.empty() && is_adjusted[i]) continue;
       visit(Candidate{static_cast<int32_t>(i), sanitize(logits[i]), 0.0f});
     }
-    for (const auto& [id, logit] : penalized) visit(Candidate{id, logit, 0.0f});
+    for (const auto& [id, logit] : adjusted) visit(Candidate{id, logit, 0.0f});
   };
 
   if (params_.temp <= 0.0f) {

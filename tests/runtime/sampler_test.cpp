@@ -1,5 +1,5 @@
 // Sampler tests: greedy, each filter of the chain on hand-made distributions,
-// penalties, seeded reproducibility, a full-size vocabulary, and streaming
+// penalties, logit biases, seeded reproducibility, a full-size vocabulary, and streaming
 // (stop strings, never half a UTF-8 character).
 #include "lumen/gguf/gguf.h"
 #include "lumen/runtime/sampler.h"
@@ -190,7 +190,7 @@ TEST(Sampler, FullVocabularyTopK) {
   order.resize(40);
   EXPECT_EQ(ids(c), order);
 
-  Sampler defaults{SamplerParams{.seed = 5}};
+  Sampler defaults{SamplerParams{.seed = 5, .logit_bias = {}}};
   const int32_t id = defaults.sample(logits);
   EXPECT_NE(std::find(order.begin(), order.end(), id), order.end());
 }
@@ -211,6 +211,73 @@ TEST(Sampler, RejectsBadInput) {
 
 // ---------------------------------------------------------------------------
 // Stop strings
+
+// A +100 bias makes a token the greedy pick and all but certain when
+// sampling; -100 and -inf take it out; biases of one id add; the bias comes
+// before the penalties (a penalized token keeps its bias).
+TEST(Sampler, LogitBiasForcesAndForbidsTokens) {
+  const std::vector<float> logits = {3.0f, 1.0f, 0.5f, -2.0f};
+  SamplerParams p = plain(7);
+  p.temp = 0.0f;
+  p.logit_bias = {{3, 100.0f}};
+  EXPECT_EQ(Sampler(p).sample(logits), 3);
+  p.logit_bias = {{0, -100.0f}};
+  EXPECT_EQ(Sampler(p).sample(logits), 1);
+  p.logit_bias = {{0, -std::numeric_limits<float>::infinity()}, {1, -50.0f}, {1, -50.0f}};
+  EXPECT_EQ(Sampler(p).sample(logits), 2);
+
+  p = plain(7);
+  p.logit_bias = {{3, 100.0f}};
+  Sampler forced(p);
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(forced.sample(logits), 3);
+  p.logit_bias = {{0, -std::numeric_limits<float>::infinity()}};
+  Sampler banned(p);
+  for (int i = 0; i < 200; ++i) EXPECT_NE(banned.sample(logits), 0);
+  // Biased, then penalized: the candidate's logit is (3 + 2) / 2.
+  p.repeat_penalty = 2.0f;
+  p.logit_bias = {{0, 2.0f}};
+  Sampler both(p);
+  both.accept(0);
+  const std::vector<Candidate> c = both.candidates(logits);
+  const auto it = std::find_if(c.begin(), c.end(), [](const Candidate& x) { return x.id == 0; });
+  ASSERT_NE(it, c.end());
+  EXPECT_FLOAT_EQ(it->logit, 2.5f);
+}
+
+TEST(Sampler, LogitBiasWithoutEffectChangesNothing) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  std::vector<float> logits(1000);
+  for (float& x : logits) x = normal(rng);
+  SamplerParams p;
+  p.seed = 11;
+  p.repeat_penalty = 1.3f;
+  Sampler plain_sampler(p);
+  p.logit_bias = {{5, 0.0f}, {900, 0.0f}};
+  Sampler zero_bias(p);
+  for (int i = 0; i < 50; ++i) {
+    const int32_t a = plain_sampler.sample(logits), b = zero_bias.sample(logits);
+    ASSERT_EQ(a, b) << i;
+    plain_sampler.accept(a);
+    zero_bias.accept(b);
+  }
+}
+
+TEST(Sampler, LogitBiasErrors) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(logit_bias_error(std::vector<LogitBias>{{0, 100.0f}, {9, -100.0f}, {3, -inf}}, 10), "");
+  EXPECT_NE(logit_bias_error(std::vector<LogitBias>{{10, 1.0f}}, 10).find("token id 10 is outside"), std::string::npos);
+  EXPECT_NE(logit_bias_error(std::vector<LogitBias>{{-1, 1.0f}}, 10).find("token id -1"), std::string::npos);
+  EXPECT_NE(logit_bias_error(std::vector<LogitBias>{{1, 100.5f}}, 10).find("[-100, 100]"), std::string::npos);
+  EXPECT_NE(logit_bias_error(std::vector<LogitBias>{{1, inf}}, 10), "");
+  EXPECT_NE(logit_bias_error(std::vector<LogitBias>{{1, std::nanf("")}}, 10), "");
+  SamplerParams p;
+  p.logit_bias = {{1, std::nanf("")}};
+  EXPECT_THROW(Sampler{p}, std::invalid_argument);
+  p.logit_bias = {{4, 1.0f}};
+  Sampler s(p);
+  EXPECT_THROW(s.sample(std::vector<float>{0.0f, 1.0f, 2.0f}), std::invalid_argument);
+}
 
 TEST(StopStrings, FindsTheEarliestCompleteMatch) {
   const std::vector<std::string> stops{"User:", "\n\n"};

@@ -20,6 +20,15 @@ namespace lumen {
 // Seed value meaning "pick a random seed" (llama.cpp's LLAMA_DEFAULT_SEED).
 inline constexpr uint64_t kRandomSeed = 0xFFFFFFFF;
 
+// A bias added to one token's logit before every other sampler (OpenAI's and
+// llama-server's logit_bias, llama.cpp's --logit-bias). Biases of the same id add.
+struct LogitBias {
+  int32_t id;
+  float bias;  // in [-kMaxLogitBias, kMaxLogitBias], or -inf: the token is never sampled
+};
+// OpenAI's range for a bias; -inf (llama-server's `false`) bans the token.
+inline constexpr int kMaxLogitBias = 100;
+
 struct SamplerParams {
   int32_t top_k = 40;               // <= 0: keep all
   float top_p = 0.95f;              // >= 1: off
@@ -32,7 +41,15 @@ struct SamplerParams {
   // kRandomSeed draws one from std::random_device; other values seed
   // std::mt19937 with their low 32 bits, as llama.cpp's uint32 seed.
   uint64_t seed = kRandomSeed;
+  // Not a scalar, so not in the table below: lumen-run's --logit-bias and the
+  // API's logit_bias parse their own syntax into it.
+  std::vector<LogitBias> logit_bias;
 };
+
+// Why a bias list cannot be used with a vocabulary of n_vocab tokens (an id
+// outside [0, n_vocab), a NaN, +inf or a bias outside the range), or empty
+// when it can. The one check lumen-run and the API both make.
+std::string logit_bias_error(std::span<const LogitBias> biases, int64_t n_vocab);
 
 // Every sampler parameter a user can set, stated once: lumen-run's flags
 // (tools/cli/sampler_flags.cpp) and the HTTP API's request validation
@@ -95,7 +112,9 @@ struct Candidate {
 class Sampler {
  public:
   // Throws std::invalid_argument for nonsensical parameters (negative
-  // repeat_last_n, repeat_penalty <= 0, NaN values).
+  // repeat_last_n, repeat_penalty <= 0, NaN values, a logit bias that
+  // logit_bias_error rejects for any vocabulary; sample() rejects an id past
+  // the end of its logits).
   explicit Sampler(const SamplerParams& params = {});
 
   // Picks the next token from one row of logits (index = token id). Does not
@@ -123,6 +142,7 @@ class Sampler {
   std::vector<int32_t> history_;  // ring buffer of the last repeat_last_n accepted tokens
   size_t history_next_ = 0;
   std::vector<Candidate> work_;
+  std::vector<LogitBias> bias_;  // params_.logit_bias by id, one entry per id
 };
 
 // Where a stop string occurs in generated text, and how much of the text can
