@@ -1,7 +1,9 @@
 // lumen-server: the OpenAI API over one compiled model, with continuous
 // batching (src/server). It listens first (/health says 503 while the model
-// loads), then serves until SIGTERM or SIGINT: new requests are refused,
-// running ones get a few seconds to finish, and the process exits 0.
+// loads; without a model.so it compiles the dsl/ program of the GGUF's
+// architecture into the cache first, as lumen-run), then serves until SIGTERM
+// or SIGINT: new requests are refused, running ones get a few seconds to
+// finish, and the process exits 0.
 //
 // Exit codes: 0 after a signal, 1 runtime error (files, port), 2 bad command
 // line, 70 internal error.
@@ -13,14 +15,18 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 
 #include "cli/command_line.h"
+#include "cli/model_for_gguf.h"
 #include "cli/session_flags.h"
 #include "lumen/common/internal_error.h"
+#include "lumen/gguf/gguf.h"
 #include "lumen/runtime/compiled_model.h"
 #include "lumen/runtime/session.h"
 #include "lumen/server/http_server.h"
@@ -33,6 +39,7 @@ namespace {
 // lumen-server's command line: the flags every Session tool shares, then its own.
 struct Options : lumen::cli::SessionFlags {
   std::string model_path, alias;
+  std::optional<std::string> dsl_dir;
   std::optional<std::string> chat_template;  // a Jinja file instead of the GGUF's
   lumen::server::HttpOptions http;
   int parallel = 4;
@@ -40,6 +47,18 @@ struct Options : lumen::cli::SessionFlags {
   int64_t max_queue = 64;
   double grace_seconds = 5;
 };
+
+// The Jinja text /props reports: the --chat-template file, else the GGUF's
+// (load_chat_template has read both already, so they exist), else "" (ChatML).
+std::string chat_template_source(const Options& o, const lumen::gguf::File& file) {
+  if (o.chat_template) {
+    std::ifstream in(*o.chat_template, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  return file.get_string("tokenizer.chat_template").value_or("");
+}
 
 int run(const Options& o) {
   // Signals are taken by one thread with sigwait, so every thread started
@@ -80,8 +99,11 @@ int run(const Options& o) {
   std::optional<lumen::Tokenizer> tokenizer;
   std::optional<lumen::chat::ChatTemplate> chat_template;
   std::unique_ptr<lumen::server::Scheduler> sched;
+  lumen::server::ServerProps props;
   try {
-    auto model = std::make_shared<lumen::runtime::CompiledModel>(lumen::runtime::load_model_so(o.model_path));
+    const std::string model_path =
+        o.model_path.empty() ? lumen::cli::model_for_gguf(o.gguf_path, o.dsl_dir, "lumen-server") : o.model_path;
+    auto model = std::make_shared<lumen::runtime::CompiledModel>(lumen::runtime::load_model_so(model_path));
     lumen::runtime::SessionOptions so = o.session_options(o.n_threads());
     so.n_seq = o.parallel;
     session = std::make_unique<lumen::runtime::Session>(model, o.gguf_path, so);
@@ -95,6 +117,8 @@ int run(const Options& o) {
     sched_options.max_queue = o.max_queue;
     sched_options.prompt_chunk = o.chunk;
     sched = std::make_unique<lumen::server::Scheduler>(*session, *tokenizer, sched_options);
+    props.model_path = o.gguf_path;
+    props.chat_template_source = chat_template_source(o, session->gguf());
   } catch (...) {
     shut_down();
     throw;
@@ -103,7 +127,7 @@ int run(const Options& o) {
   if (name.empty()) name = session->gguf().get_string("general.name").value_or("");
   if (name.empty()) name = std::filesystem::path(o.gguf_path).stem().string();
   std::thread scheduler_thread([&] { sched->run(); });
-  http.attach(*sched, *tokenizer, *chat_template, name, session->n_ctx());
+  http.attach(*sched, *tokenizer, *chat_template, name, session->n_ctx(), std::move(props));
   scheduler.store(sched.get());
   const auto& ls = session->load_stats();
   std::fprintf(stderr, "lumen-server: ready: %s, %d parallel sequences of %lld tokens, %d threads, %s, pack cache %s\n",
@@ -125,10 +149,14 @@ int run(const Options& o) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"lumen-server: the OpenAI API over a model compiled by lumenc, with continuous batching.\n\n"
-               "Example:\n"
+               "Examples:\n"
+               "  lumen-server --gguf qwen2.5-0.5b-instruct-q8_0.gguf --parallel 8 --port 8080\n"
                "  lumen-server model.so --gguf qwen2.5-0.5b-instruct-q8_0.gguf --parallel 8 --port 8080\n",
                "lumen-server"};
-  app.add_option("model", o.model_path, "model.so written by `lumenc compile`")->required();
+  app.add_option("model", o.model_path,
+                 "model.so written by `lumenc compile`; without it, the dsl/ program for the GGUF's "
+                 "architecture is compiled into the cache (LUMEN_CACHE_DIR, else XDG_CACHE_HOME/lumen), as lumen-run does");
+  app.add_option("--dsl-dir", o.dsl_dir, "folder of model programs (default: LUMEN_DSL_DIR, else the installed dsl/)");
   lumen::cli::add_session_flags(app, o);
   app.add_option("--host", o.http.host, "address to listen on (default 127.0.0.1)");
   app.add_option("--port", o.http.port, "port (default 8080; 0 picks a free one)")->check(CLI::Range(0, 65535));

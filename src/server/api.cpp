@@ -1,12 +1,15 @@
 // Request parsing and response formatting for the OpenAI API (see api.h).
 #include "lumen/server/api.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <variant>
 #include <nlohmann/json.hpp>
 
 #include "lumen/runtime/sampler.h"
+#include "lumen/server/api_fields.h"
 
 namespace lumen::server {
 
@@ -71,6 +74,50 @@ std::string content_text(const json& content) {
   bad("'content' must be a string or an array of text parts", "invalid_type");
 }
 
+// OpenAI's {"TOKEN_ID": bias, ...} or llama-server's [[TOKEN_ID or text, bias or false], ...]
+// (a text biases each of its tokens; false bans the token), checked by the
+// sampler's logit_bias_error.
+std::vector<LogitBias> logit_bias_field(const json& body, const Tokenizer& tokenizer) {
+  const json* f = field(body, "logit_bias");
+  std::vector<LogitBias> out;
+  if (f == nullptr) return out;
+  const auto bias_of = [](const json& v) {
+    if (v.is_boolean() && !v.get<bool>()) return -std::numeric_limits<float>::infinity();
+    if (!v.is_number()) bad("'logit_bias' biases must be numbers (or false to ban a token)", "invalid_type");
+    return static_cast<float>(v.get<double>());
+  };
+  // Ids beyond int32 stay out of range for the check below.
+  const auto id_of = [](int64_t id) { return static_cast<int32_t>(std::clamp<int64_t>(id, -1, kInt32Max)); };
+  const char* pairs = "'logit_bias' as a list holds [token id or text, bias] pairs";
+  if (f->is_object()) {
+    for (const auto& [key, value] : f->items()) {
+      if (key.empty() || key.size() > 10 || key.find_first_not_of("0123456789") != std::string::npos)
+        bad("'logit_bias' keys must be token ids, not '" + key + "'", "invalid_type");
+      out.push_back({id_of(std::stoll(key)), bias_of(value)});
+    }
+  } else if (f->is_array()) {
+    for (const json& pair : *f) {
+      if (!pair.is_array() || pair.size() != 2) bad(pairs, "invalid_type");
+      const float bias = bias_of(pair[1]);
+      if (pair[0].is_number_unsigned()) {
+        out.push_back({id_of(static_cast<int64_t>(std::min<uint64_t>(pair[0].get<uint64_t>(), kInt32Max))), bias});
+      } else if (pair[0].is_number_integer()) {
+        out.push_back({id_of(pair[0].get<int64_t>()), bias});
+      } else if (pair[0].is_string()) {
+        for (int32_t id : tokenizer.encode(pair[0].get<std::string>(), /*parse_special=*/false))
+          out.push_back({id, bias});
+      } else {
+        bad(pairs, "invalid_type");
+      }
+    }
+  } else {
+    bad("'logit_bias' must be an object of token id -> bias or a list of [token, bias] pairs", "invalid_type");
+  }
+  if (const std::string error = logit_bias_error(out, tokenizer.n_vocab()); !error.empty())
+    bad("'logit_bias': " + error);
+  return out;
+}
+
 }  // namespace
 
 std::string error_body(const ApiError& e) {
@@ -89,8 +136,23 @@ std::string chat_prompt_text(const chat::ChatTemplate& chat_template, const std:
   }
 }
 
-ApiRequest parse_request(Endpoint endpoint, std::string_view text, const Tokenizer& tokenizer,
-                         const chat::ChatTemplate& chat_template, int64_t n_ctx) {
+std::string messages_prompt_text(const json& body, const chat::ChatTemplate& chat_template) {
+  const json* messages = field(body, "messages");
+  if (messages == nullptr) bad("'messages' is required", "missing_field");
+  if (!messages->is_array() || messages->empty()) bad("'messages' must be a non-empty array", "invalid_type");
+  std::vector<chat::Message> list;
+  for (const json& m : *messages) {
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+      bad("every message needs a string 'role'", "invalid_type");
+    const std::string role = m["role"].get<std::string>();
+    if (role != "system" && role != "user" && role != "assistant" && role != "developer")
+      bad("unknown message role '" + role + "'");
+    list.push_back({role == "developer" ? "system" : role, content_text(m.contains("content") ? m["content"] : json())});
+  }
+  return chat_prompt_text(chat_template, list, nlohmann::ordered_json::parse(messages->dump()));
+}
+
+json parse_json_body(std::string_view text) {
   json body;
   try {
     body = json::parse(text);
@@ -98,10 +160,16 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view text, const Tokeniz
     bad(std::string("the body is not valid JSON: ") + e.what(), "invalid_json");
   }
   if (!body.is_object()) bad("the body must be a JSON object", "invalid_type");
+  return body;
+}
+
+ApiRequest parse_request(Endpoint endpoint, std::string_view text, const Tokenizer& tokenizer,
+                         const chat::ChatTemplate& chat_template, int64_t n_ctx) {
+  const json body = parse_json_body(text);
+  check_request_fields(endpoint, body);
   ApiRequest r;
   r.endpoint = endpoint;
   GenerationParams& g = r.generation;
-  if (integer(body, "n", 1, 1, 1) != 1) bad("only n = 1 is supported");
 
   if (endpoint == Endpoint::Completions) {
     const json* prompt = field(body, "prompt");
@@ -138,19 +206,7 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view text, const Tokeniz
     g.prompt_logprobs = r.echo && r.logprobs;
     g.max_tokens = integer(body, "max_tokens", 16, 0, kMaxTokensToPredict);
   } else {
-    const json* messages = field(body, "messages");
-    if (messages == nullptr) bad("'messages' is required", "missing_field");
-    if (!messages->is_array() || messages->empty()) bad("'messages' must be a non-empty array", "invalid_type");
-    std::vector<chat::Message> list;
-    for (const json& m : *messages) {
-      if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-        bad("every message needs a string 'role'", "invalid_type");
-      const std::string role = m["role"].get<std::string>();
-      if (role != "system" && role != "user" && role != "assistant" && role != "developer")
-        bad("unknown message role '" + role + "'");
-      list.push_back({role == "developer" ? "system" : role, content_text(m.contains("content") ? m["content"] : json())});
-    }
-    r.prompt_text = chat_prompt_text(chat_template, list, nlohmann::ordered_json::parse(messages->dump()));
+    r.prompt_text = messages_prompt_text(body, chat_template);
     g.prompt = tokenizer.encode_prompt(r.prompt_text);
     r.logprobs = boolean(body, "logprobs", false);
     const int64_t top = integer(body, "top_logprobs", 0, 0, 20);
@@ -171,6 +227,7 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view text, const Tokeniz
       integral.set(g.sampling, integer(body, name.c_str(), integral.get(g.sampling), integral.lo, integral.hi));
     }
   }
+  g.sampling.logit_bias = logit_bias_field(body, tokenizer);
   g.ignore_eos = boolean(body, "ignore_eos", false);
   r.stream = boolean(body, "stream", false);
   if (const json* so = field(body, "stream_options")) {

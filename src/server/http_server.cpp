@@ -16,6 +16,7 @@
 #include <stdexcept>
 
 #include "lumen/server/api.h"
+#include "lumen/server/api_utility.h"
 
 namespace lumen::server {
 
@@ -29,9 +30,12 @@ struct HttpServer::Impl {
   const chat::ChatTemplate* chat_template = nullptr;
   std::string model_name;
   int64_t n_ctx = 0;
+  ServerProps props;
   std::atomic<uint64_t> next_id{1};
 
   void routes();
+  // llama-server's utility routes: `respond` turns the body into the answer.
+  void utility(const char* path, std::string (*respond)(Impl&, const httplib::Request&));
   void completion(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
 };
 
@@ -96,9 +100,11 @@ void HttpServer::Impl::routes() {
     std::fprintf(stderr, "lumen-server: %s\n", what.c_str());
     send_error(res, ApiError(500, what, "server_error", "internal_error"));
   });
-  // The API key guards /v1; /health and /metrics stay open for probes.
+  // The API key guards every route but the probes' /health and /metrics and
+  // /props (public in llama-server too: it says nothing a client could abuse).
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (options.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+    if (options.api_key.empty() || req.path == "/health" || req.path == "/metrics" || req.path == "/props")
+      return httplib::Server::HandlerResponse::Unhandled;
     const std::string auth = req.get_header_value("Authorization");
     if (auth != "Bearer " + options.api_key) {
       send_error(res, ApiError(401, auth.empty() ? "missing API key" : "invalid API key", "authentication_error",
@@ -154,6 +160,33 @@ void HttpServer::Impl::routes() {
             [this](const httplib::Request& req, httplib::Response& res) { completion(Endpoint::Completions, req, res); });
   http.Post("/chat/completions",
             [this](const httplib::Request& req, httplib::Response& res) { completion(Endpoint::Chat, req, res); });
+  utility("/tokenize", [](Impl& s, const httplib::Request& req) { return tokenize_response(req.body, *s.tokenizer); });
+  utility("/detokenize",
+          [](Impl& s, const httplib::Request& req) { return detokenize_response(req.body, *s.tokenizer); });
+  utility("/apply-template",
+          [](Impl& s, const httplib::Request& req) { return apply_template_response(req.body, *s.chat_template); });
+  http.Get("/props", [this](const httplib::Request&, httplib::Response& res) {
+    Scheduler* s = scheduler.load();
+    if (s == nullptr) {
+      send_error(res, ApiError(503, "loading the model", "unavailable_error", "loading"));
+      return;
+    }
+    res.set_content(props_response(props, n_ctx, s->parallel(), *tokenizer), "application/json");
+  });
+}
+
+void HttpServer::Impl::utility(const char* path, std::string (*respond)(Impl&, const httplib::Request&)) {
+  http.Post(path, [this, respond](const httplib::Request& req, httplib::Response& res) {
+    if (scheduler.load() == nullptr) {
+      send_error(res, ApiError(503, "loading the model", "unavailable_error", "loading"));
+      return;
+    }
+    try {
+      res.set_content(respond(*this, req), "application/json");
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    }
+  });
 }
 
 void HttpServer::Impl::completion(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
@@ -247,7 +280,8 @@ void HttpServer::serve() { impl_->http.listen_after_bind(); }
 void HttpServer::stop() { impl_->http.stop(); }
 
 void HttpServer::attach(Scheduler& scheduler, const Tokenizer& tokenizer, const chat::ChatTemplate& chat_template,
-                        std::string model_name, int64_t n_ctx) {
+                        std::string model_name, int64_t n_ctx, ServerProps props) {
+  impl_->props = std::move(props);
   impl_->tokenizer = &tokenizer;
   impl_->chat_template = &chat_template;
   impl_->model_name = std::move(model_name);

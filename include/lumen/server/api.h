@@ -37,6 +37,10 @@ struct ApiRequest {
   std::string prompt_text;     // what the prompt says (echo, text offsets)
 };
 
+// A request body as a JSON object; throws ApiError (400) for malformed JSON
+// (invalid UTF-8 included) and for anything but an object.
+nlohmann::json parse_json_body(std::string_view body);
+
 // Parses and checks a request body; throws ApiError (status 400).
 ApiRequest parse_request(Endpoint endpoint, std::string_view body, const Tokenizer& tokenizer,
                          const chat::ChatTemplate& chat_template, int64_t n_ctx);
@@ -46,6 +50,10 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const Tokeniz
 // all) beside the role/content pairs.
 std::string chat_prompt_text(const chat::ChatTemplate& chat_template, const std::vector<chat::Message>& messages,
                              const nlohmann::ordered_json& raw_messages);
+// A body's `messages` checked (roles, text content) and rendered by
+// chat_prompt_text; throws ApiError (400) naming what is wrong. Chat
+// completions and /apply-template.
+std::string messages_prompt_text(const nlohmann::json& body, const chat::ChatTemplate& chat_template);
 
 // Collects one request's events into its response (whole or streamed).
 class ResponseWriter {

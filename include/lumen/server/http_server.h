@@ -1,5 +1,6 @@
 // lumen-server's HTTP side (cpp-httplib): routes, API keys, body limits,
-// OpenAI-style errors, streaming, /health and /metrics. It listens before the
+// OpenAI-style errors, streaming, /health and /metrics, llama-server's
+// utility routes. It listens before the
 // model is loaded (/health answers 503 until attach()).
 #pragma once
 
@@ -8,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "lumen/server/api_utility.h"
 #include "lumen/server/scheduler.h"
 #include "lumen/text/chat_template.h"
 #include "lumen/text/tokenizer.h"
@@ -34,9 +36,10 @@ class HttpServer {
   // Serves until stop() (blocks).
   void serve();
   void stop();
-  // The model is ready: requests go to the scheduler from now on.
+  // The model is ready: requests go to the scheduler from now on; `props`
+  // is what GET /props adds to the scheduler's context and slots.
   void attach(Scheduler& scheduler, const Tokenizer& tokenizer, const chat::ChatTemplate& chat_template,
-              std::string model_name, int64_t n_ctx);
+              std::string model_name, int64_t n_ctx, ServerProps props = {});
 
  private:
   struct Impl;
