@@ -45,6 +45,7 @@ struct Options : lumen::cli::SessionFlags {
   int parallel = 4;
   int64_t chunk = 64;
   int64_t max_queue = 64;
+  uint64_t cache_ram_mib = lumen::server::SchedulerOptions{}.cache_ram_bytes >> 20;
   double grace_seconds = 5;
 };
 
@@ -116,6 +117,7 @@ int run(const Options& o) {
     lumen::server::SchedulerOptions sched_options;
     sched_options.max_queue = o.max_queue;
     sched_options.prompt_chunk = o.chunk;
+    sched_options.cache_ram_bytes = o.cache_ram_mib << 20;
     sched = std::make_unique<lumen::server::Scheduler>(*session, *tokenizer, sched_options);
     props.model_path = o.gguf_path;
     props.chat_template_source = chat_template_source(o, session->gguf());
@@ -171,6 +173,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(size_t{1}, size_t{1} << 30));
   app.add_option("--timeout", o.http.read_timeout_seconds, "read and write timeout per client in seconds (default 30)")
       ->check(CLI::Range(1, 3600));
+  app.add_option("--cache-ram", o.cache_ram_mib,
+                 "MiB of RAM for KV prefixes of slots reused for other prompts, LRU; 0 = off (default " +
+                     std::to_string(o.cache_ram_mib) + ")")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 24));
   app.add_option("--chat-template", o.chat_template, "Jinja chat template file to use instead of the GGUF's");
   app.add_option("--alias", o.alias, "model name in responses (default: general.name, else the file name)");
   app.add_option("--grace", o.grace_seconds, "seconds running requests get after SIGTERM (default 5)")

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -30,9 +31,24 @@ class KvCache {
   int64_t elem_bytes() const { return elem_bytes_; }
   uint64_t bytes() const { return bytes_; }
 
+  // The bytes one position takes in one slot: every layer's K and V rows.
+  uint64_t position_bytes() const { return position_bytes_; }
+  // Prefix operations, byte for byte (the prefix cache): the first n
+  // positions of slot `from` into slot `to`; of slot `seq` into `out`
+  // (n * position_bytes() bytes, in the order regions() walks); the first n
+  // of the `saved` positions such a buffer holds back into slot `seq`.
+  void copy(int from, int to, int64_t n);
+  void save(int seq, int64_t n, std::span<uint8_t> out) const;
+  void load(int seq, int64_t n, std::span<const uint8_t> in, int64_t saved);
+
  private:
+  // Calls f(address, bytes) for the K and V rows of the first n positions
+  // of slot `seq`, layer by layer, op by op.
+  void regions(int seq, int64_t n, const std::function<void(uint8_t*, size_t)>& f) const;
+
   std::vector<int64_t> width_, slot_offset_;
-  int64_t n_ctx_ = 0, elem_bytes_ = 2, layer_bytes_ = 0, slot_bytes_ = 0;
+  int64_t n_ctx_ = 0, n_layers_ = 0, elem_bytes_ = 2, layer_bytes_ = 0, slot_bytes_ = 0;
+  uint64_t position_bytes_ = 0;
   uint64_t bytes_ = 0;
   PageBuffer memory_;
 };

@@ -210,6 +210,48 @@ void Session::clear(int slot) {
   if (slot < 0 || slot >= impl_->n_seq) throw std::out_of_range("no slot " + std::to_string(slot));
   impl_->positions[static_cast<size_t>(slot)] = 0;
 }
+
+namespace {
+// What slot `slot` holds; throws for a slot that does not exist.
+int64_t held(const std::vector<int64_t>& positions, int slot) {
+  if (slot < 0 || static_cast<size_t>(slot) >= positions.size()) throw std::out_of_range("no slot " + std::to_string(slot));
+  return positions[static_cast<size_t>(slot)];
+}
+void check_length(int slot, int64_t n, int64_t limit) {
+  if (n < 0 || n > limit)
+    throw std::out_of_range(std::to_string(n) + " positions of slot " + std::to_string(slot) + " (at most " +
+                            std::to_string(limit) + ")");
+}
+}  // namespace
+
+void Session::copy_prefix(int from, int to, int64_t n) {
+  Impl& s = *impl_;
+  check_length(from, n, held(s.positions, from));
+  held(s.positions, to);
+  s.kv.copy(from, to, n);
+  s.positions[static_cast<size_t>(to)] = n;
+}
+void Session::truncate(int slot, int64_t n) {
+  check_length(slot, n, held(impl_->positions, slot));
+  impl_->positions[static_cast<size_t>(slot)] = n;
+}
+uint64_t Session::kv_position_bytes() const { return impl_->kv.position_bytes(); }
+void Session::save_prefix(int slot, int64_t n, std::span<uint8_t> out) const {
+  const Impl& s = *impl_;
+  check_length(slot, n, held(s.positions, slot));
+  if (out.size() != static_cast<size_t>(n) * s.kv.position_bytes()) throw std::out_of_range("KV buffer size");
+  s.kv.save(slot, n, out);
+}
+void Session::restore_prefix(int slot, int64_t n, std::span<const uint8_t> in) {
+  Impl& s = *impl_;
+  held(s.positions, slot);
+  const uint64_t position_bytes = s.kv.position_bytes();
+  if (position_bytes == 0 || in.size() % position_bytes != 0) throw std::out_of_range("KV buffer size");
+  const int64_t saved = static_cast<int64_t>(in.size() / position_bytes);
+  check_length(slot, n, std::min(saved, s.n_ctx));
+  s.kv.load(slot, n, in, saved);
+  s.positions[static_cast<size_t>(slot)] = n;
+}
 int Session::n_seq() const { return impl_->n_seq; }
 int64_t Session::n_batch() const { return impl_->n_batch; }
 

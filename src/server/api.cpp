@@ -164,12 +164,13 @@ json parse_json_body(std::string_view text) {
 }
 
 ApiRequest parse_request(Endpoint endpoint, std::string_view text, const Tokenizer& tokenizer,
-                         const chat::ChatTemplate& chat_template, int64_t n_ctx) {
+                         const chat::ChatTemplate& chat_template, int64_t n_ctx, int max_choices) {
   const json body = parse_json_body(text);
   check_request_fields(endpoint, body);
   ApiRequest r;
   r.endpoint = endpoint;
   GenerationParams& g = r.generation;
+  g.n = static_cast<int>(integer(body, "n", 1, 1, max_choices));
 
   if (endpoint == Endpoint::Completions) {
     const json* prompt = field(body, "prompt");
@@ -264,7 +265,12 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view text, const Tokeniz
 
 ResponseWriter::ResponseWriter(const ApiRequest& request, const Tokenizer& tokenizer, std::string model,
                                std::string id, int64_t created)
-    : request_(request), tokenizer_(tokenizer), model_(std::move(model)), id_(std::move(id)), created_(created) {}
+    : request_(request),
+      tokenizer_(tokenizer),
+      model_(std::move(model)),
+      id_(std::move(id)),
+      created_(created),
+      choices_(static_cast<size_t>(request.generation.n)) {}
 
 namespace {
 
@@ -280,10 +286,11 @@ json logprob_value(const std::optional<double>& v) { return v ? json(*v) : json(
 
 // One choice object. Completions: logprobs as {tokens, token_logprobs,
 // top_logprobs, text_offset}; chat: {content: [{token, logprob, bytes, top_logprobs}]}.
-std::string ResponseWriter::chunk(const std::string& text, const std::vector<TokenLogprob>& lps, bool with_prompt,
-                                  const char* finish_reason) const {
+json ResponseWriter::choice_object(size_t index, const std::string& text, const std::vector<TokenLogprob>& lps,
+                            bool with_prompt, const char* finish_reason) const {
   const bool chat = request_.endpoint == Endpoint::Chat;
-  json choice = {{"index", 0}};
+  const Choice& c = choices_[index];
+  json choice = {{"index", index}};
   json logprobs = nullptr;
   if (request_.logprobs) {
     auto piece = [&](int32_t id) { return tokenizer_.token_text(id, /*special=*/true); };
@@ -299,7 +306,7 @@ std::string ResponseWriter::chunk(const std::string& text, const std::vector<Tok
     } else {
       json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), offsets = json::array();
       // Offsets count from the start of the prompt text, as OpenAI's do.
-      size_t offset = request_.prompt_text.size() + text_.size() - (with_prompt ? text_.size() : 0);
+      size_t offset = request_.prompt_text.size() + c.text.size() - (with_prompt ? c.text.size() : 0);
       std::vector<const TokenLogprob*> all;
       if (with_prompt) {
         offset = 0;
@@ -326,7 +333,7 @@ std::string ResponseWriter::chunk(const std::string& text, const std::vector<Tok
   }
   if (chat && request_.stream) {
     json delta = json::object();
-    if (!sent_role_) delta["role"] = "assistant";
+    if (!c.sent_role) delta["role"] = "assistant";
     if (!text.empty() || !finish_reason) delta["content"] = text;
     choice["delta"] = delta;
   } else if (chat) {
@@ -336,17 +343,30 @@ std::string ResponseWriter::chunk(const std::string& text, const std::vector<Tok
   }
   choice["logprobs"] = logprobs;
   choice["finish_reason"] = finish_reason ? json(finish_reason) : json(nullptr);
+  return choice;
+}
+
+std::string ResponseWriter::envelope(json choices, bool usage) const {
+  const bool chat = request_.endpoint == Endpoint::Chat;
   json out = {{"id", id_},
               {"object", chat ? (request_.stream ? "chat.completion.chunk" : "chat.completion") : "text_completion"},
               {"created", created_},
               {"model", model_},
-              {"choices", json::array({choice})}};
-  if (finish_reason && (!request_.stream || request_.include_usage)) {
+              {"choices", std::move(choices)}};
+  if (usage) {
     const int64_t prompt = static_cast<int64_t>(request_.generation.prompt.size());
-    out["usage"] = {{"prompt_tokens", prompt}, {"completion_tokens", completion_tokens_},
-                    {"total_tokens", prompt + completion_tokens_}};
+    int64_t completion = 0;
+    for (const Choice& c : choices_) completion += c.completion_tokens;
+    out["usage"] = {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
   }
   return dump(out);
+}
+
+std::string ResponseWriter::chunk(size_t index, const std::string& text, const std::vector<TokenLogprob>& lps,
+                                  bool with_prompt, const char* finish_reason) const {
+  // Usage rides on the chunk that finishes the last choice.
+  const bool usage = finish_reason && request_.include_usage && done();
+  return envelope(json::array({choice_object(index, text, lps, with_prompt, finish_reason)}), usage);
 }
 
 namespace {
@@ -357,61 +377,71 @@ const char* reason_of(const std::string& r) { return r == "stop" ? "stop" : "len
 std::string ResponseWriter::stream(const Event& event) {
   std::string out;
   auto record = [&](const std::string& data) { out += "data: " + data + "\n\n"; };
+  Choice& c = choices_[static_cast<size_t>(event.choice)];
+  const auto index = static_cast<size_t>(event.choice);
   switch (event.kind) {
     case Event::Kind::Prompt:
       prompt_logprobs_ = event.prompt;
-      if (request_.echo) {
-        record(chunk(request_.prompt_text, {}, true, nullptr));
-        sent_role_ = true;
-      }
+      if (request_.echo)
+        for (size_t i = 0; i < choices_.size(); ++i) {
+          record(chunk(i, request_.prompt_text, {}, true, nullptr));
+          choices_[i].sent_role = true;
+        }
       break;
     case Event::Kind::Token:
-      if (request_.echo && !request_.generation.prompt_logprobs && text_.empty() && completion_tokens_ == 0) {
-        record(chunk(request_.prompt_text, {}, false, nullptr));
+      if (request_.echo && !request_.generation.prompt_logprobs && c.text.empty() && c.completion_tokens == 0) {
+        record(chunk(index, request_.prompt_text, {}, false, nullptr));
       }
-      ++completion_tokens_;
-      record(chunk(event.text, request_.logprobs ? std::vector<TokenLogprob>{event.token} : std::vector<TokenLogprob>{},
-                   false, nullptr));
-      sent_role_ = true;
-      text_ += event.text;
+      ++c.completion_tokens;
+      record(chunk(index, event.text,
+                   request_.logprobs ? std::vector<TokenLogprob>{event.token} : std::vector<TokenLogprob>{}, false,
+                   nullptr));
+      c.sent_role = true;
+      c.text += event.text;
       break;
     case Event::Kind::Done:
       if (!event.text.empty()) {
-        record(chunk(event.text, {}, false, nullptr));
-        text_ += event.text;
-        sent_role_ = true;
+        record(chunk(index, event.text, {}, false, nullptr));
+        c.text += event.text;
+        c.sent_role = true;
       }
-      done_ = true;
-      record(chunk("", {}, false, reason_of(event.finish_reason)));
-      out += "data: [DONE]\n\n";
+      ++done_;
+      record(chunk(index, "", {}, false, reason_of(event.finish_reason)));
+      if (done()) out += "data: [DONE]\n\n";
       break;
   }
   return out;
 }
 
 void ResponseWriter::add(const Event& event) {
+  Choice& c = choices_[static_cast<size_t>(event.choice)];
   switch (event.kind) {
     case Event::Kind::Prompt: prompt_logprobs_ = event.prompt; break;
     case Event::Kind::Token:
-      ++completion_tokens_;
-      text_ += event.text;
-      logprobs_.push_back(event.token);
+      ++c.completion_tokens;
+      c.text += event.text;
+      c.logprobs.push_back(event.token);
       break;
     case Event::Kind::Done:
-      text_ += event.text;
-      finish_reason_ = reason_of(event.finish_reason);
-      done_ = true;
+      c.text += event.text;
+      c.finish_reason = reason_of(event.finish_reason);
+      ++done_;
       break;
   }
 }
 
 std::string ResponseWriter::body() const {
   const bool echo = request_.echo && request_.endpoint == Endpoint::Completions;
-  // chunk() computes offsets from text_; a whole response starts at the prompt.
+  // choice() computes offsets from the choice's text; a whole response starts at the prompt.
   ResponseWriter copy = *this;
-  copy.text_.clear();
-  const std::string text = echo ? request_.prompt_text + text_ : text_;
-  return copy.chunk(text, logprobs_, echo && request_.generation.prompt_logprobs, finish_reason_.c_str());
+  json choices = json::array();
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    copy.choices_[i].text.clear();
+    const std::string text = echo ? request_.prompt_text + choices_[i].text : choices_[i].text;
+    choices.push_back(copy.choice_object(i, text, choices_[i].logprobs, echo && request_.generation.prompt_logprobs,
+                                  choices_[i].finish_reason.c_str()));
+  }
+  return envelope(std::move(choices), /*usage=*/true);
 }
 
 }  // namespace lumen::server

@@ -30,7 +30,7 @@ const std::vector<RequestField> kFields = {
      "asks for random padding in chunks against length side channels; the text is the same without it"},
     {"user", kBoth, kHarmless, "an end-user id for abuse monitoring; nothing is recorded"},
     {"logit_bias", kBoth, kImplemented, "OpenAI's token id -> bias, or llama-server's [[token, bias]] list"},
-    {"n", kBoth, kDefaultOnly, "1"},
+    {"n", kBoth, kImplemented, "choices sharing the prompt's KV, 1..--parallel"},
     // OpenAI's completions only.
     {"prompt", kC, kImplemented, "a string, a list of one string, or token ids"},
     {"echo", kC, kImplemented, "the prompt precedes the text"},

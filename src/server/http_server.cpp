@@ -139,7 +139,18 @@ void HttpServer::Impl::routes() {
                   static_cast<double>(st.rejected));
     out += metric("lumen_requests_cancelled_total", "counter", "requests whose client went away before the end",
                   static_cast<double>(st.cancelled));
-    out += metric("lumen_prompt_tokens_total", "counter", "prompt tokens evaluated", static_cast<double>(st.prompt_tokens));
+    out += metric("lumen_prompt_tokens_total", "counter", "prompt tokens evaluated (not those the prefix cache reused)",
+                  static_cast<double>(st.prompt_tokens));
+    out += metric("lumen_prefix_cache_hits_total", "counter", "requests that reused a cached KV prefix",
+                  static_cast<double>(st.prefix_hits));
+    out += metric("lumen_prefix_cache_misses_total", "counter", "requests that found no cached KV prefix",
+                  static_cast<double>(st.prefix_misses));
+    out += metric("lumen_prefix_cache_reused_tokens_total", "counter", "prompt positions taken from the prefix cache",
+                  static_cast<double>(st.prefix_reused_tokens));
+    out += metric("lumen_prefix_cache_bytes", "gauge", "KV bytes in the prefix cache's RAM store (--cache-ram)",
+                  static_cast<double>(st.prefix_store_bytes));
+    out += metric("lumen_prefix_cache_entries", "gauge", "prefixes in the prefix cache's RAM store",
+                  static_cast<double>(st.prefix_store_entries));
     out += metric("lumen_generated_tokens_total", "counter", "tokens generated", static_cast<double>(st.generated_tokens));
     out += metric("lumen_steps_total", "counter", "forward passes", static_cast<double>(st.steps));
     out += metric("lumen_queue_depth", "gauge", "requests waiting for a slot", static_cast<double>(st.queued));
@@ -197,7 +208,7 @@ void HttpServer::Impl::completion(Endpoint endpoint, const httplib::Request& req
   }
   auto request = std::make_shared<ApiRequest>();
   try {
-    *request = parse_request(endpoint, req.body, *tokenizer, *chat_template, n_ctx);
+    *request = parse_request(endpoint, req.body, *tokenizer, *chat_template, n_ctx, sched->parallel());
   } catch (const ApiError& e) {
     send_error(res, e);
     return;

@@ -3,6 +3,8 @@
 // sequences, admit queued requests into free slots, then one Session::step
 // with every generating sequence's next token first and prompt chunks after
 // (oldest request first, at most prompt_chunk tokens each, n_batch in all).
+// Admission places a request on the slot holding the longest prefix of its
+// prompt (prefix cache, below); a finished sequence leaves its slot warm.
 #include "lumen/server/scheduler.h"
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 #include <thread>
 
 #include "lumen/common/internal_error.h"
+#include "prefix_store.h"
 
 namespace lumen::server {
 
@@ -65,19 +68,36 @@ TokenLogprob token_logprob(std::span<const float> logits, int32_t id, int k) {
 
 // ---------------------------------------------------------------- Scheduler
 
+namespace {
+// Choice c > 0 samples with seed + c; bit 32 keeps the sum from reading as
+// kRandomSeed (the sampler takes the low 32 bits).
+SamplerParams choice_sampling(SamplerParams p, int choice) {
+  if (choice > 0 && p.seed != kRandomSeed) p.seed = (p.seed + static_cast<uint64_t>(choice)) | (uint64_t{1} << 32);
+  return p;
+}
+}  // namespace
+
 struct Scheduler::Sequence {
   std::shared_ptr<Request> request;
   int slot = 0;
+  int choice = 0;
+  bool waiting = false;    // a choice > 0 until the prompt's KV is copied in from choice 0
   size_t prompt_done = 0;  // prompt tokens in the KV cache
   int32_t pending = -1;    // the last generated token, evaluated at the next step
   int64_t generated = 0;
   bool done = false;
   Sampler sampler;
   TextStreamer streamer;
+  std::vector<int32_t> output;  // generated tokens (what the KV holds after the prompt)
   std::vector<TokenLogprob> prompt_logprobs;
 
-  Sequence(std::shared_ptr<Request> r, int s)
-      : request(std::move(r)), slot(s), sampler(request->params().sampling), streamer(request->params().stops) {
+  Sequence(std::shared_ptr<Request> r, int s, int c)
+      : request(std::move(r)),
+        slot(s),
+        choice(c),
+        waiting(c > 0),
+        sampler(choice_sampling(request->params().sampling, c)),
+        streamer(request->params().stops) {
     // As lumen-run: the prompt is part of the penalties' history.
     for (int32_t t : request->params().prompt) sampler.accept(t);
   }
@@ -87,6 +107,8 @@ struct Scheduler::Sequence {
 Scheduler::Scheduler(runtime::Session& session, const Tokenizer& tokenizer, SchedulerOptions options)
     : session_(session), tokenizer_(tokenizer), options_(options) {
   slots_.resize(static_cast<size_t>(session.n_seq()));
+  warm_.resize(slots_.size());
+  store_ = std::make_unique<PrefixStore>(options_.cache_ram_bytes);
   for (int s = 0; s < session.n_seq(); ++s) session_.clear(s);
 }
 
@@ -96,6 +118,7 @@ int Scheduler::parallel() const { return static_cast<int>(slots_.size()); }
 
 std::shared_ptr<Request> Scheduler::submit(GenerationParams params) {
   LUMEN_ASSERT(!params.prompt.empty(), "the API layer refuses empty prompts");
+  LUMEN_ASSERT(params.n >= 1 && params.n <= parallel(), "the API layer bounds n by --parallel");
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t free_slots = std::count(slots_.begin(), slots_.end(), nullptr);
   if (!accepting_ || static_cast<int64_t>(queue_.size()) >= options_.max_queue + free_slots) {
@@ -121,23 +144,153 @@ void Scheduler::admit_locked() {
   // Requests cancelled while queued end here; the others take free slots in order.
   for (auto it = queue_.begin(); it != queue_.end();) {
     if ((*it)->cancelled()) {
-      Event done;
-      done.kind = Event::Kind::Done;
-      done.finish_reason = "cancelled";
-      (*it)->post(std::move(done));
+      for (int c = 0; c < (*it)->params().n; ++c) {
+        Event done;
+        done.kind = Event::Kind::Done;
+        done.choice = c;
+        done.finish_reason = "cancelled";
+        (*it)->post(std::move(done));
+      }
       it = queue_.erase(it);
     } else {
       ++it;
     }
   }
-  for (size_t slot = 0; slot < slots_.size() && !queue_.empty(); ++slot) {
-    if (slots_[slot]) continue;
-    session_.clear(static_cast<int>(slot));
-    slots_[slot] = std::make_unique<Sequence>(queue_.front(), static_cast<int>(slot));
-    stats_.prompt_tokens += queue_.front()->params().prompt.size();
+  // First come, first served: a request of n choices waits for n free slots.
+  std::vector<int> free;
+  for (size_t slot = 0; slot < slots_.size(); ++slot)
+    if (!slots_[slot]) free.push_back(static_cast<int>(slot));
+  while (!queue_.empty() && static_cast<int>(free.size()) >= queue_.front()->params().n) {
+    place_locked(queue_.front(), free);
     queue_.pop_front();
   }
   stats_.queued = static_cast<int64_t>(queue_.size());
+  stats_.prefix_store_bytes = store_->bytes();
+  stats_.prefix_store_entries = store_->size();
+}
+
+// ------------------------------------------------------------ prefix cache
+
+void Scheduler::place_locked(const std::shared_ptr<Request>& request, std::vector<int>& free) {
+  const GenerationParams& p = request->params();
+  const std::span<const int32_t> prompt(p.prompt);
+  // The last prompt token is always evaluated: its logits give the first
+  // token. Prompt log-probabilities need every position's logits: no reuse.
+  const int64_t limit = p.prompt_logprobs ? 0 : static_cast<int64_t>(prompt.size()) - 1;
+  int slot = -1;
+  int64_t reuse = 0;
+  for (int s : free) {
+    const int64_t shared = std::min(common_prefix(warm_[static_cast<size_t>(s)].tokens, prompt), limit);
+    if (shared > reuse) slot = s, reuse = shared;
+  }
+  const std::optional<PrefixStore::Match> stored = store_->best(prompt, limit);
+  if (stored && stored->length > reuse) {
+    slot = victim(free);
+    spill_locked(slot, 0);
+    reuse = stored->length;
+    session_.restore_prefix(slot, reuse, store_->at(stored->entry).kv);
+    store_->touch(stored->entry);
+  } else if (slot >= 0) {
+    // A warm slot mostly about something else keeps that in the store.
+    if (2 * reuse < static_cast<int64_t>(warm_[static_cast<size_t>(slot)].tokens.size())) spill_locked(slot, reuse);
+    session_.truncate(slot, reuse);
+  } else {
+    slot = victim(free);
+    spill_locked(slot, 0);
+    session_.clear(slot);
+  }
+  std::erase(free, slot);
+  ++(reuse > 0 ? stats_.prefix_hits : stats_.prefix_misses);
+  stats_.prefix_reused_tokens += static_cast<uint64_t>(reuse);
+  stats_.prompt_tokens += prompt.size() - static_cast<size_t>(reuse);
+  auto primary = std::make_unique<Sequence>(request, slot, 0);
+  primary->prompt_done = static_cast<size_t>(reuse);
+  slots_[static_cast<size_t>(slot)] = std::move(primary);
+  warm_[static_cast<size_t>(slot)].tokens.clear();
+  for (int c = 1; c < p.n; ++c) {
+    const int other = victim(free);
+    spill_locked(other, 0);
+    session_.clear(other);
+    std::erase(free, other);
+    warm_[static_cast<size_t>(other)].tokens.clear();
+    slots_[static_cast<size_t>(other)] = std::make_unique<Sequence>(request, other, c);
+  }
+}
+
+int Scheduler::victim(const std::vector<int>& free) const {
+  LUMEN_ASSERT(!free.empty(), "a victim among no free slots");
+  return *std::min_element(free.begin(), free.end(), [&](int a, int b) {
+    const WarmSlot &wa = warm_[static_cast<size_t>(a)], &wb = warm_[static_cast<size_t>(b)];
+    return std::pair(!wa.tokens.empty(), wa.freed) < std::pair(!wb.tokens.empty(), wb.freed);
+  });
+}
+
+void Scheduler::spill_locked(int slot, int64_t keep) {
+  WarmSlot& warm = warm_[static_cast<size_t>(slot)];
+  const auto held = static_cast<int64_t>(warm.tokens.size());
+  if (held <= keep || !store_->fits(static_cast<uint64_t>(held) * session_.kv_position_bytes())) return;
+  PrefixStore::Entry entry;
+  entry.kv.resize(static_cast<size_t>(held) * session_.kv_position_bytes());
+  session_.save_prefix(slot, held, entry.kv);
+  entry.tokens = std::move(warm.tokens);
+  warm.tokens.clear();
+  store_->put(std::move(entry));
+}
+
+void Scheduler::release_locked(std::unique_ptr<Sequence>& seq) {
+  // The KV holds the prompt (or the part prefilled) and the generated
+  // tokens evaluated so far: position() of them.
+  WarmSlot& warm = warm_[static_cast<size_t>(seq->slot)];
+  warm.tokens = seq->params().prompt;
+  warm.tokens.insert(warm.tokens.end(), seq->output.begin(), seq->output.end());
+  warm.tokens.resize(static_cast<size_t>(std::min<int64_t>(session_.position(seq->slot),
+                                                            static_cast<int64_t>(warm.tokens.size()))));
+  warm.freed = ++clock_;
+  seq.reset();
+}
+
+void Scheduler::start_choices(Sequence& primary, std::span<const float> logits, int64_t& generated) {
+  const GenerationParams& p = primary.params();
+  const auto prompt = static_cast<int64_t>(p.prompt.size());
+  std::vector<Sequence*> choices = {&primary};
+  for (auto& other : slots_)
+    if (other && other->waiting && other->request == primary.request) {
+      session_.copy_prefix(primary.slot, other->slot, prompt);
+      other->waiting = false;
+      other->prompt_done = p.prompt.size();
+      choices.push_back(other.get());
+    }
+  for (Sequence* seq : choices) {
+    if (p.max_tokens <= 0)
+      finish(*seq, "length");
+    else
+      emit(*seq, logits, generated);
+  }
+}
+
+void Scheduler::emit(Sequence& seq, std::span<const float> logits, int64_t& generated) {
+  const GenerationParams& p = seq.params();
+  const int32_t id = seq.sampler.sample(logits);
+  seq.sampler.accept(id);
+  if (tokenizer_.is_eog(id) && !p.ignore_eos) {
+    finish(seq, "stop");
+    return;
+  }
+  Event ev;
+  ev.kind = Event::Kind::Token;
+  ev.choice = seq.choice;
+  ev.token = p.top_logprobs >= 0 ? token_logprob(logits, id, p.top_logprobs) : TokenLogprob{id, std::nullopt, {}};
+  ev.text = seq.streamer.push(tokenizer_.token_text(id));
+  seq.output.push_back(id);
+  ++seq.generated;
+  ++generated;
+  seq.request->post(std::move(ev));
+  if (seq.streamer.stopped())
+    finish(seq, "stop");
+  else if (seq.generated >= p.max_tokens || session_.position(seq.slot) >= session_.n_ctx())
+    finish(seq, "length");
+  else
+    seq.pending = id;
 }
 
 void Scheduler::finish(Sequence& seq, const std::string& reason, std::string text) {
@@ -146,6 +299,7 @@ void Scheduler::finish(Sequence& seq, const std::string& reason, std::string tex
   done.text = std::move(text);
   if (reason != "cancelled" && !seq.streamer.stopped()) done.text += seq.streamer.finish();
   done.finish_reason = reason;
+  done.choice = seq.choice;
   seq.request->post(std::move(done));
   seq.done = true;
 }
@@ -157,8 +311,7 @@ bool Scheduler::step() {
     for (auto& seq : slots_)
       if (seq && seq->request->cancelled()) {
         finish(*seq, "cancelled");
-        session_.clear(seq->slot);
-        seq.reset();
+        release_locked(seq);
       }
     admit_locked();
     for (auto& seq : slots_)
@@ -184,7 +337,7 @@ bool Scheduler::step() {
     }
   std::vector<Sequence*> prefilling;
   for (Sequence* seq : active)
-    if (seq->pending < 0) prefilling.push_back(seq);
+    if (seq->pending < 0 && !seq->waiting) prefilling.push_back(seq);
   std::sort(prefilling.begin(), prefilling.end(),
             [](const Sequence* a, const Sequence* b) { return a->request->id() < b->request->id(); });
   for (Sequence* seq : prefilling) {
@@ -211,32 +364,10 @@ bool Scheduler::step() {
   }
 
   int64_t generated = 0;
-  auto emit = [&](Sequence& seq, std::span<const float> logits) {
-    const GenerationParams& p = seq.params();
-    const int32_t id = seq.sampler.sample(logits);
-    seq.sampler.accept(id);
-    if (tokenizer_.is_eog(id) && !p.ignore_eos) {
-      finish(seq, "stop");
-      return;
-    }
-    Event ev;
-    ev.kind = Event::Kind::Token;
-    ev.token = p.top_logprobs >= 0 ? token_logprob(logits, id, p.top_logprobs) : TokenLogprob{id, std::nullopt, {}};
-    ev.text = seq.streamer.push(tokenizer_.token_text(id));
-    ++seq.generated;
-    ++generated;
-    seq.request->post(std::move(ev));
-    if (seq.streamer.stopped())
-      finish(seq, "stop");
-    else if (seq.generated >= p.max_tokens || session_.position(seq.slot) >= session_.n_ctx())
-      finish(seq, "length");
-    else
-      seq.pending = id;
-  };
   for (size_t i = 0; i < entries.size(); ++i) {
     Sequence& seq = *entries[i].seq;
     if (entries[i].decode) {
-      emit(seq, session_.step_logits(i));
+      emit(seq, session_.step_logits(i), generated);
       continue;
     }
     const GenerationParams& p = seq.params();
@@ -257,18 +388,12 @@ bool Scheduler::step() {
       ev.prompt = std::move(seq.prompt_logprobs);
       seq.request->post(std::move(ev));
     }
-    if (p.max_tokens <= 0)
-      finish(seq, "length");
-    else
-      emit(seq, session_.step_logits(i));
+    start_choices(seq, session_.step_logits(i), generated);
   }
 
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& seq : slots_)
-    if (seq && seq->done) {
-      session_.clear(seq->slot);
-      seq.reset();
-    }
+    if (seq && seq->done) release_locked(seq);
   stats_.active = static_cast<int64_t>(std::count_if(slots_.begin(), slots_.end(), [](const auto& s) { return s != nullptr; }));
   stats_.generated_tokens += static_cast<uint64_t>(generated);
   ++stats_.steps;

@@ -149,5 +149,44 @@ TEST_F(MultiSequence, BadStepsAreRefusedAndChangeNothing) {
   EXPECT_EQ(s->position(1), 250);
 }
 
+// The prefix cache's operations: a prefix copied to another slot, truncated
+// in place, or saved to a host buffer and restored (wholly or its first part)
+// continues with bitwise the logits of evaluating that prefix from scratch.
+TEST_F(MultiSequence, CopiedTruncatedAndRestoredPrefixesContinueBitwiseAsFreshOnes) {
+  auto s = session(3);
+  const int64_t n_vocab = s->n_vocab();
+  const std::vector<int32_t> prompt = tokens(40, 11, n_vocab), rest = tokens(5, 12, n_vocab);
+  for (int64_t keep : {int64_t{40}, int64_t{23}}) {
+    SCOPED_TRACE("prefix of " + std::to_string(keep));
+    auto fresh = session(1);
+    fresh->eval(std::span<const int32_t>(prompt).first(static_cast<size_t>(keep)));
+    auto l = fresh->eval(rest);
+    const std::vector<float> want(l.begin(), l.end());
+    auto continue_in = [&](int slot) {
+      SeqTokens e{slot, rest, false};
+      s->step(std::span<const SeqTokens>(&e, 1));
+      return bitwise_equal(s->step_logits(0), want);
+    };
+    s->clear(0);
+    s->step(std::vector<SeqTokens>{{0, prompt, false}});
+    std::vector<uint8_t> saved(prompt.size() * s->kv_position_bytes());
+    s->save_prefix(0, static_cast<int64_t>(prompt.size()), saved);
+    s->copy_prefix(0, 1, keep);
+    EXPECT_EQ(s->position(1), keep);
+    EXPECT_TRUE(continue_in(1)) << "copied";
+    s->restore_prefix(2, keep, saved);
+    EXPECT_EQ(s->position(2), keep);
+    EXPECT_TRUE(continue_in(2)) << "restored";
+    s->truncate(0, keep);
+    EXPECT_TRUE(continue_in(0)) << "truncated";
+  }
+  EXPECT_GT(s->kv_position_bytes(), 0u);
+  std::vector<uint8_t> small(3 * s->kv_position_bytes());
+  EXPECT_THROW(s->save_prefix(0, 4, small), std::out_of_range);          // buffer too small
+  EXPECT_THROW(s->copy_prefix(0, 1, s->position(0) + 1), std::out_of_range);  // more than it holds
+  EXPECT_THROW(s->truncate(3, 0), std::out_of_range);                    // no such slot
+  EXPECT_THROW(s->restore_prefix(1, 4, small), std::out_of_range);       // more than the buffer holds
+}
+
 }  // namespace
 }  // namespace lumen::runtime

@@ -94,7 +94,7 @@ class ApiFields : public ::testing::Test {
     return {{"prompt", "Hi"}};
   }
   static ApiRequest parse(Endpoint endpoint, const json& body) {
-    return parse_request(endpoint, body.dump(), *tokenizer_, *template_, 256);
+    return parse_request(endpoint, body.dump(), *tokenizer_, *template_, 256, /*max_choices=*/4);
   }
   // The 400's message, or "" when the body parses.
   static std::string refusal(Endpoint endpoint, const json& body) {

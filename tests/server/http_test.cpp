@@ -215,6 +215,101 @@ TEST_F(Http, ConcurrentGreedyCompletionsEqualTheSameRequestsAlone) {
   for (size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ(together[i], alone[i]) << kPrompts[i];
 }
 
+// The SSE records of a streamed response, [DONE] last.
+std::vector<std::string> records(const std::string& body) {
+  std::vector<std::string> out;
+  for (size_t at = 0; (at = body.find("data: ", at)) != std::string::npos;) {
+    const size_t end = body.find("\n\n", at);
+    if (end == std::string::npos) break;
+    out.push_back(body.substr(at + 6, end - at - 6));
+    at = end;
+  }
+  return out;
+}
+
+double metric_value(int port, const std::string& name) {
+  auto m = httplib::Client("127.0.0.1", port).Get("/metrics");
+  if (!m) return -1;
+  const size_t at = m->body.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::stod(m->body.substr(at + name.size() + 2));
+}
+
+// n choices, whole and streamed, completions and chat: choice 0 is the n = 1
+// answer, choice i the answer seeded seed + i, usage counts the prompt once.
+TEST_F(Http, NChoicesAreTheAnswersSeededSeedPlusI) {
+  for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
+    SCOPED_TRACE(path);
+    const bool chat = std::string(path).find("chat") != std::string::npos;
+    json body = {{"max_tokens", 6}, {"temperature", 1.0}, {"seed", 5}, {"logprobs", chat ? json(true) : json(1)}};
+    if (chat)
+      body["messages"] = {{{"role", "user"}, {"content", kPrompts[4]}}};
+    else
+      body["prompt"] = kPrompts[4];
+    std::vector<json> single;
+    for (int i = 0; i < 3; ++i) {
+      json one = body;
+      one["seed"] = 5 + i;
+      single.push_back(post_json(path, one));
+    }
+    body["n"] = 3;
+    json r = post_json(path, body);
+    ASSERT_EQ(r["choices"].size(), 3u) << r.dump();
+    int64_t completion = 0;
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(r["choices"][i]["index"], i);
+      json want = single[i]["choices"][0];
+      want["index"] = i;
+      EXPECT_EQ(r["choices"][i].dump(), want.dump());
+      completion += single[i]["usage"]["completion_tokens"].get<int64_t>();
+    }
+    EXPECT_EQ(r["usage"]["prompt_tokens"], single[0]["usage"]["prompt_tokens"]);
+    EXPECT_EQ(r["usage"]["completion_tokens"].get<int64_t>(), completion);
+
+    body["stream"] = true;
+    body["stream_options"] = {{"include_usage", true}};
+    auto streamed = post(path, body.dump());
+    ASSERT_TRUE(streamed);
+    const std::vector<std::string> recs = records(streamed->body);
+    ASSERT_FALSE(recs.empty());
+    EXPECT_EQ(recs.back(), "[DONE]");
+    std::vector<std::string> text(3);
+    int finished = 0;
+    for (size_t k = 0; k + 1 < recs.size(); ++k) {
+      json c = json::parse(recs[k]);
+      ASSERT_EQ(c["choices"].size(), 1u);
+      const size_t i = c["choices"][0]["index"].get<size_t>();
+      ASSERT_LT(i, 3u);
+      const json& piece = chat ? c["choices"][0]["delta"]["content"] : c["choices"][0]["text"];
+      if (piece.is_string()) text[i] += piece.get<std::string>();
+      if (!c["choices"][0]["finish_reason"].is_null()) ++finished;
+      EXPECT_EQ(c.contains("usage"), k + 2 == recs.size());  // usage once, on the last chunk
+    }
+    EXPECT_EQ(finished, 3);
+    for (size_t i = 0; i < 3; ++i) {
+      const json& m = r["choices"][i];
+      EXPECT_EQ(text[i], chat ? m["message"]["content"].get<std::string>() : m["text"].get<std::string>()) << i;
+    }
+  }
+}
+
+// A chat's second request takes its prefix from the cache (a hit in /metrics)
+// and answers the same bytes as the first.
+TEST_F(Http, RepeatedChatHitsThePrefixCacheAndAnswersTheSameBytes) {
+  const json body = {{"messages", {{{"role", "system"}, {"content", "You are a terse assistant. " + kPrompts[5]}},
+                                   {{"role", "user"}, {"content", kPrompts[2]}}}},
+                     {"max_tokens", 8}, {"temperature", 0}, {"logprobs", true}, {"top_logprobs", 2}};
+  const double hits = metric_value(server_->port, "lumen_prefix_cache_hits_total");
+  const double reused = metric_value(server_->port, "lumen_prefix_cache_reused_tokens_total");
+  json first = post_json("/v1/chat/completions", body);
+  json second = post_json("/v1/chat/completions", body);
+  EXPECT_EQ(second["choices"].dump(), first["choices"].dump());
+  EXPECT_EQ(second["usage"].dump(), first["usage"].dump());
+  EXPECT_GE(metric_value(server_->port, "lumen_prefix_cache_hits_total"), hits + 1);
+  EXPECT_GE(metric_value(server_->port, "lumen_prefix_cache_reused_tokens_total"),
+            reused + first["usage"]["prompt_tokens"].get<double>() - 1);
+  EXPECT_GE(metric_value(server_->port, "lumen_prefix_cache_bytes"), 0);
+}
+
 TEST_F(Http, BadRequestsGetOpenAiErrorsAndChangeNothing) {
   expect_error("/v1/completions", "{\"prompt\": ", 400, "not valid JSON");
   expect_error("/v1/completions", "[1, 2]", 400, "JSON object");
@@ -222,7 +317,8 @@ TEST_F(Http, BadRequestsGetOpenAiErrorsAndChangeNothing) {
   expect_error("/v1/completions", R"({"prompt": "x", "max_tokens": "ten"})", 400, "max_tokens");
   expect_error("/v1/completions", R"({"prompt": "x", "max_tokens": -1})", 400, "max_tokens");
   expect_error("/v1/completions", R"({"prompt": "x", "max_tokens": 1e30})", 400, "max_tokens");
-  expect_error("/v1/completions", R"({"prompt": "x", "n": 2})", 400, "n");
+  expect_error("/v1/completions", R"({"prompt": "x", "n": 1000})", 400, "'n' must be in [1, 8]");
+  expect_error("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "n": 0})", 400, "'n'");
   expect_error("/v1/completions", R"({"prompt": "x", "temperature": -1})", 400, "temperature");
   expect_error("/v1/completions", R"({"prompt": "x", "stop": [1]})", 400, "stop");
   expect_error("/v1/chat/completions", R"({"model": "m"})", 400, "messages");
@@ -263,13 +359,6 @@ void wait_until(const std::function<bool()>& condition, const std::string& what)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   ADD_FAILURE() << what;
-}
-
-double metric_value(int port, const std::string& name) {
-  auto m = httplib::Client("127.0.0.1", port).Get("/metrics");
-  if (!m) return -1;
-  const size_t at = m->body.find("\n" + name + " ");
-  return at == std::string::npos ? -1 : std::stod(m->body.substr(at + name.size() + 2));
 }
 
 TEST_F(Http, FloodOf48SimultaneousRequestsIsServed) {

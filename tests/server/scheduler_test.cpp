@@ -4,6 +4,7 @@
 // and among 7 other requests).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -238,6 +239,147 @@ TEST_F(SchedulerTest, StopRefusesNewRequestsAndCancelsTheRest) {
   auto outcomes = finish({a, b});
   EXPECT_EQ(outcomes[0].finish_reason, "cancelled");
   EXPECT_EQ(outcomes[1].finish_reason, "cancelled");
+}
+
+// ------------------------------------------------------------ prefix cache
+
+void expect_same(const Outcome& got, const Outcome& want, const std::string& what) {
+  EXPECT_EQ(got.tokens, want.tokens) << what;
+  EXPECT_EQ(got.logprobs, want.logprobs) << what;  // bitwise: doubles compared exactly
+  EXPECT_EQ(got.text, want.text) << what;
+  EXPECT_EQ(got.finish_reason, want.finish_reason) << what;
+}
+
+// The same request cold, warm in its slot, warm from the RAM store and warm
+// with a partial prefix (a chat's next turn): the same bytes, greedy and seeded.
+TEST_F(SchedulerTest, PrefixCacheHitsGiveBitwiseTheOutputOfAMiss) {
+  for (const bool seeded : {false, true}) {
+    SCOPED_TRACE(seeded ? "seeded" : "greedy");
+    auto request = [&](const std::string& text) {
+      GenerationParams p = greedy(text, 10);
+      if (seeded) p.sampling.temp = 0.9f, p.sampling.seed = 77;
+      return p;
+    };
+    const std::string first = "System: be brief. User: " + kPrompts[1];
+    make(1);
+    const Outcome cold = finish({scheduler_->submit(request(first))})[0];
+    const std::string second = first + cold.text + " User: and then?";
+    const std::string other = "Unrelated: " + kPrompts[6];
+    make(1);
+    const Outcome second_cold = finish({scheduler_->submit(request(second))})[0];
+
+    make(1);
+    EXPECT_EQ(finish({scheduler_->submit(request(first))})[0].tokens, cold.tokens);
+    EXPECT_EQ(scheduler_->stats().prefix_misses, 1u);
+    expect_same(finish({scheduler_->submit(request(first))})[0], cold, "warm in the same slot");
+    EXPECT_EQ(scheduler_->stats().prefix_hits, 1u);
+    const uint64_t prompt_size = request(first).prompt.size();
+    EXPECT_EQ(scheduler_->stats().prefix_reused_tokens, prompt_size - 1);
+    expect_same(finish({scheduler_->submit(request(second))})[0], second_cold, "a partial prefix");
+    EXPECT_GT(scheduler_->stats().prefix_reused_tokens, prompt_size - 1);
+    finish({scheduler_->submit(request(other))});  // the conversation goes to the RAM store
+    EXPECT_EQ(scheduler_->stats().prefix_store_entries, 1u);
+    const uint64_t reused = scheduler_->stats().prefix_reused_tokens;
+    expect_same(finish({scheduler_->submit(request(second))})[0], second_cold, "from the RAM store");
+    EXPECT_EQ(scheduler_->stats().prefix_reused_tokens, reused + request(second).prompt.size() - 1);
+  }
+}
+
+TEST_F(SchedulerTest, PromptLogprobsAreNeverServedFromTheCache) {
+  make(1);
+  GenerationParams p = greedy(kPrompts[5], 3);
+  p.prompt_logprobs = true;
+  const Outcome cold = finish({scheduler_->submit(p)})[0];
+  const Outcome again = finish({scheduler_->submit(p)})[0];
+  expect_same(again, cold, "echo");
+  ASSERT_EQ(again.prompt.size(), cold.prompt.size());
+  for (size_t i = 0; i < cold.prompt.size(); ++i) EXPECT_EQ(again.prompt[i].logprob, cold.prompt[i].logprob) << i;
+  EXPECT_EQ(scheduler_->stats().prefix_hits, 0u);
+}
+
+// A flood of distinct prompts through one slot: the RAM store never holds
+// more than its bound, keeps the most recent prefixes, and a hit still works.
+TEST_F(SchedulerTest, FloodOfDistinctPromptsKeepsTheStoreWithinItsBound) {
+  SchedulerOptions o;
+  o.cache_ram_bytes = 64 * 1024;  // ~128 positions of the tiny model
+  make(1, o);
+  const uint64_t per_position = session_->kv_position_bytes();
+  ASSERT_GT(per_position, 0u);
+  std::vector<std::string> prompts;
+  for (int i = 0; i < 30; ++i) prompts.push_back("Prompt number " + std::to_string(i * 7919) + " says " + kPrompts[static_cast<size_t>(i) % kPrompts.size()]);
+  for (const std::string& text : prompts) {
+    finish({scheduler_->submit(greedy(text, 4))});
+    const SchedulerStats st = scheduler_->stats();
+    EXPECT_LE(st.prefix_store_bytes, o.cache_ram_bytes);
+    EXPECT_EQ(st.prefix_store_bytes % per_position, 0u);
+  }
+  const SchedulerStats st = scheduler_->stats();
+  EXPECT_GT(st.prefix_store_entries, 1u);
+  EXPECT_LT(st.prefix_store_entries, prompts.size() - 1);
+  // The one before last is in the store (most recent); the first is long gone.
+  const uint64_t hits = st.prefix_hits;
+  finish({scheduler_->submit(greedy(prompts[prompts.size() - 2], 4))});
+  EXPECT_EQ(scheduler_->stats().prefix_hits, hits + 1);
+  // A prompt larger than the whole store is never kept.
+  o.cache_ram_bytes = per_position;
+  make(1, o);
+  finish({scheduler_->submit(greedy(kPrompts[0], 2))});
+  finish({scheduler_->submit(greedy(kPrompts[3], 2))});
+  EXPECT_EQ(scheduler_->stats().prefix_store_bytes, 0u);
+}
+
+// ------------------------------------------------------------ n choices
+
+TEST_F(SchedulerTest, ChoicesShareThePromptAndChoiceIIsTheN1AnswerWithSeedPlusI) {
+  make(4);
+  GenerationParams p = greedy(kPrompts[4], 8);
+  p.sampling.temp = 1.0f;
+  p.sampling.seed = 99;
+  std::vector<Outcome> single;
+  for (int i = 0; i < 3; ++i) {
+    GenerationParams one = p;
+    one.sampling.seed = p.sampling.seed + static_cast<uint64_t>(i);
+    single.push_back(finish({scheduler_->submit(one)})[0]);
+  }
+  make(4);
+  p.n = 3;
+  auto request = scheduler_->submit(p);
+  ASSERT_NE(request, nullptr);
+  std::vector<Outcome> choices(3);
+  std::vector<int> prompt_entries;
+  for (int guard = 0; guard < 1000 && prompt_entries.size() < 100; ++guard) {
+    std::vector<Event> events;
+    request->next(events, std::chrono::milliseconds(0));
+    bool unused = false;
+    for (const Event& e : events) collect(choices[static_cast<size_t>(e.choice)], e, unused);
+    if (std::all_of(choices.begin(), choices.end(), [](const Outcome& o1) { return !o1.finish_reason.empty(); })) break;
+    if (!scheduler_->step()) break;
+    for (const auto& [slot, tokens] : scheduler_->last_step().entries)
+      if (tokens > 1) prompt_entries.push_back(slot);
+  }
+  EXPECT_EQ(prompt_entries.size(), 1u);  // the prompt is evaluated once
+  EXPECT_EQ(scheduler_->stats().prompt_tokens, p.prompt.size());
+  for (size_t i = 0; i < 3; ++i) expect_same(choices[i], single[i], "choice " + std::to_string(i));
+  EXPECT_NE(choices[0].tokens, choices[1].tokens);
+}
+
+TEST_F(SchedulerTest, ARequestOfNChoicesWaitsForNFreeSlots) {
+  make(2);
+  auto a = scheduler_->submit(greedy(kPrompts[0], 5));
+  scheduler_->step();
+  GenerationParams p = greedy(kPrompts[1], 2);
+  p.n = 2;
+  auto b = scheduler_->submit(p);
+  scheduler_->step();
+  EXPECT_EQ(scheduler_->stats().queued, 1);
+  auto outcomes = finish({a});
+  std::vector<Event> events;
+  for (int guard = 0; guard < 100; ++guard) {
+    scheduler_->step();
+    b->next(events, std::chrono::milliseconds(0));
+    if (std::count_if(events.begin(), events.end(), [](const Event& e) { return e.kind == Event::Kind::Done; }) == 2) break;
+  }
+  EXPECT_EQ(std::count_if(events.begin(), events.end(), [](const Event& e) { return e.kind == Event::Kind::Token; }), 4);
 }
 
 }  // namespace

@@ -106,6 +106,17 @@ class Session {
   std::span<const float> step_logits(size_t entry, int64_t token = -1) const;
   int64_t position(int slot) const;
   void clear(int slot);      // frees the slot (position 0)
+  // Prefix operations on KV slots (the server's prefix cache). The bytes are
+  // copied exactly, so evaluating after them gives bitwise what evaluating
+  // the prefix again would. A bad slot, a length beyond what the source
+  // holds or a buffer of the wrong size throws std::out_of_range.
+  void copy_prefix(int from, int to, int64_t n);  // slot `to` = the first n positions of `from`
+  void truncate(int slot, int64_t n);             // keep the first n positions
+  uint64_t kv_position_bytes() const;             // one position of one slot
+  // The first n positions of `slot` into a host buffer of n * kv_position_bytes();
+  // back: the first n of the positions such a buffer holds (position becomes n).
+  void save_prefix(int slot, int64_t n, std::span<uint8_t> out) const;
+  void restore_prefix(int slot, int64_t n, std::span<const uint8_t> in);
   int n_seq() const;
   int64_t n_batch() const;
   int64_t n_ctx() const;

@@ -41,9 +41,10 @@ struct ApiRequest {
 // (invalid UTF-8 included) and for anything but an object.
 nlohmann::json parse_json_body(std::string_view body);
 
-// Parses and checks a request body; throws ApiError (status 400).
+// Parses and checks a request body; throws ApiError (status 400). `n` may
+// ask for up to `max_choices` choices (the server's parallel slots).
 ApiRequest parse_request(Endpoint endpoint, std::string_view body, const Tokenizer& tokenizer,
-                         const chat::ChatTemplate& chat_template, int64_t n_ctx);
+                         const chat::ChatTemplate& chat_template, int64_t n_ctx, int max_choices);
 
 // The one place messages become prompt text: the model's chat template (as
 // lumen-run --chat), given the request's whole message array (tool calls and
@@ -55,7 +56,9 @@ std::string chat_prompt_text(const chat::ChatTemplate& chat_template, const std:
 // completions and /apply-template.
 std::string messages_prompt_text(const nlohmann::json& body, const chat::ChatTemplate& chat_template);
 
-// Collects one request's events into its response (whole or streamed).
+// Collects one request's events into its response (whole or streamed), per
+// choice (Event::choice): each has its text, logprobs and finish reason;
+// usage counts the prompt once and the tokens of every choice.
 class ResponseWriter {
  public:
   ResponseWriter(const ApiRequest& request, const Tokenizer& tokenizer, std::string model, std::string id,
@@ -66,20 +69,30 @@ class ResponseWriter {
   // Whole: add every event, then body().
   void add(const Event& event);
   std::string body() const;
-  bool done() const { return done_; }
+  bool done() const { return done_ == choices_.size(); }
 
  private:
-  std::string chunk(const std::string& text, const std::vector<TokenLogprob>& logprobs, bool with_prompt,
-                    const char* finish_reason) const;
+  struct Choice {
+    std::string text;
+    std::vector<TokenLogprob> logprobs;
+    int64_t completion_tokens = 0;
+    std::string finish_reason;
+    bool sent_role = false;
+  };
+  // One choice object of a response or chunk.
+  nlohmann::json choice_object(size_t index, const std::string& text, const std::vector<TokenLogprob>& logprobs,
+                        bool with_prompt, const char* finish_reason) const;
+  // The response or chunk around `choices`; with usage when `usage`.
+  std::string envelope(nlohmann::json choices, bool usage) const;
+  std::string chunk(size_t index, const std::string& text, const std::vector<TokenLogprob>& logprobs,
+                    bool with_prompt, const char* finish_reason) const;
   const ApiRequest& request_;
   const Tokenizer& tokenizer_;
   std::string model_, id_;
   int64_t created_;
-  std::string text_;
-  std::vector<TokenLogprob> prompt_logprobs_, logprobs_;
-  int64_t completion_tokens_ = 0;
-  std::string finish_reason_;
-  bool done_ = false, sent_role_ = false;
+  std::vector<Choice> choices_;
+  std::vector<TokenLogprob> prompt_logprobs_;
+  size_t done_ = 0;  // choices finished
 };
 
 }  // namespace lumen::server
