@@ -75,9 +75,13 @@ struct Scheduler::Sequence {
   Sampler sampler;
   TextStreamer streamer;
   std::vector<TokenLogprob> prompt_logprobs;
+  // An embedding request's hidden states so far. It needs the state of every
+  // prompt position (mean, cls), so its prompt is always prefilled whole.
+  std::optional<runtime::Pooler> pooler;
 
-  Sequence(std::shared_ptr<Request> r, int s)
+  Sequence(std::shared_ptr<Request> r, int s, int64_t n_embd)
       : request(std::move(r)), slot(s), sampler(request->params().sampling), streamer(request->params().stops) {
+    if (request->params().pooling) pooler.emplace(*request->params().pooling, n_embd);
     // As lumen-run: the prompt is part of the penalties' history.
     for (int32_t t : request->params().prompt) sampler.accept(t);
   }
@@ -133,17 +137,18 @@ void Scheduler::admit_locked() {
   for (size_t slot = 0; slot < slots_.size() && !queue_.empty(); ++slot) {
     if (slots_[slot]) continue;
     session_.clear(static_cast<int>(slot));
-    slots_[slot] = std::make_unique<Sequence>(queue_.front(), static_cast<int>(slot));
+    slots_[slot] = std::make_unique<Sequence>(queue_.front(), static_cast<int>(slot), session_.n_embd());
     stats_.prompt_tokens += queue_.front()->params().prompt.size();
     queue_.pop_front();
   }
   stats_.queued = static_cast<int64_t>(queue_.size());
 }
 
-void Scheduler::finish(Sequence& seq, const std::string& reason, std::string text) {
+void Scheduler::finish(Sequence& seq, const std::string& reason, std::string text, std::vector<float> embedding) {
   Event done;
   done.kind = Event::Kind::Done;
   done.text = std::move(text);
+  done.embedding = std::move(embedding);
   if (reason != "cancelled" && !seq.streamer.stopped()) done.text += seq.streamer.finish();
   done.finish_reason = reason;
   seq.request->post(std::move(done));
@@ -194,7 +199,7 @@ bool Scheduler::step() {
     budget -= take;
     entries.push_back({seq, false, static_cast<size_t>(take)});
     batch.push_back({seq->slot, std::span<const int32_t>(prompt).subspan(seq->prompt_done, static_cast<size_t>(take)),
-                     seq->params().prompt_logprobs});
+                     seq->params().prompt_logprobs, seq->pooler.has_value()});
   }
   StepTrace trace;
   int64_t rows = 0;
@@ -240,6 +245,13 @@ bool Scheduler::step() {
       continue;
     }
     const GenerationParams& p = seq.params();
+    if (seq.pooler) {
+      for (size_t t = 0; t < entries[i].count; ++t) seq.pooler->add(session_.step_hidden(i, static_cast<int64_t>(t)));
+      seq.prompt_done += entries[i].count;
+      if (seq.prompt_done < p.prompt.size()) continue;
+      finish(seq, "stop", {}, seq.pooler->result());
+      continue;
+    }
     if (p.prompt_logprobs) {
       if (seq.prompt_logprobs.empty()) seq.prompt_logprobs.push_back({p.prompt[0], std::nullopt, {}});
       for (size_t t = 0; t < entries[i].count; ++t) {
@@ -327,6 +339,11 @@ SchedulerStats Scheduler::stats() const {
     s.tokens_per_second = seconds > 0 ? static_cast<double>(tokens) / seconds : 0;
   }
   return s;
+}
+
+bool Scheduler::accepting() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return accepting_;
 }
 
 StepTrace Scheduler::last_step() const {

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "lumen/runtime/pooling.h"
 #include "lumen/server/scheduler.h"
 #include "lumen/text/chat_template.h"
 #include "lumen/text/tokenizer.h"
@@ -37,6 +38,10 @@ class HttpServer {
   // The model is ready: requests go to the scheduler from now on.
   void attach(Scheduler& scheduler, const Tokenizer& tokenizer, const chat::ChatTemplate& chat_template,
               std::string model_name, int64_t n_ctx);
+  // /v1/embeddings pools with `pooling` vectors of n_embd floats
+  // (Session::n_embd; 0: the model gives none, the route answers 400).
+  // Called before attach().
+  void set_embeddings(runtime::Pooling pooling, int64_t n_embd);
 
  private:
   struct Impl;

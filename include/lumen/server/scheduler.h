@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "lumen/runtime/pooling.h"
 #include "lumen/runtime/sampler.h"
 #include "lumen/runtime/session.h"
 #include "lumen/text/tokenizer.h"
@@ -32,6 +33,9 @@ struct GenerationParams {
   bool ignore_eos = false;
   int top_logprobs = -1;         // -1: none; k >= 0: each generated token's log-probability and the k best
   bool prompt_logprobs = false;  // echo: the log-probabilities of the prompt tokens too
+  // Set: an embedding request. The prompt prefills its slot keeping every
+  // token's hidden state, pooled into Done's embedding; nothing is sampled.
+  std::optional<runtime::Pooling> pooling;
 };
 
 // A token with its log-probability under the model (log-softmax of the raw
@@ -47,6 +51,7 @@ struct Event {
   Kind kind = Kind::Token;
   std::vector<TokenLogprob> prompt;  // Prompt: every prompt token (prompt_logprobs only)
   TokenLogprob token;                // Token: the generated token
+  std::vector<float> embedding;      // Done of an embedding request: the pooled, L2-normalized hidden states
   std::string text;                  // Token/Done: text now safe to show (stop strings held back)
   std::string finish_reason;         // Done: "stop", "length" or "cancelled"
 };
@@ -98,7 +103,8 @@ class Scheduler {
   ~Scheduler();
 
   // Queues a request; nullptr when the queue is full or the scheduler stops.
-  // The prompt must be non-empty and fit the context (the API layer checks).
+  // The prompt must be non-empty and fit the context, and an embedding
+  // request needs the session's hidden states (the API layer checks).
   std::shared_ptr<Request> submit(GenerationParams params);
   // The client is gone: the sequence frees its slot at the next step.
   void cancel(const std::shared_ptr<Request>& request);
@@ -112,13 +118,15 @@ class Scheduler {
   void stop(std::chrono::milliseconds grace);
 
   SchedulerStats stats() const;
+  // False once stop() began: submit() refuses everything from then on.
+  bool accepting() const;
   StepTrace last_step() const;
   int parallel() const;
 
  private:
   struct Sequence;
   void admit_locked();
-  void finish(Sequence& seq, const std::string& reason, std::string text = {});
+  void finish(Sequence& seq, const std::string& reason, std::string text = {}, std::vector<float> embedding = {});
 
   runtime::Session& session_;
   const Tokenizer& tokenizer_;
