@@ -28,6 +28,7 @@
 #include "lumen/common/internal_error.h"
 #include "lumen/gguf/gguf.h"
 #include "lumen/runtime/compiled_model.h"
+#include "lumen/runtime/pooling.h"
 #include "lumen/runtime/session.h"
 #include "lumen/server/http_server.h"
 #include "lumen/server/scheduler.h"
@@ -47,6 +48,7 @@ struct Options : lumen::cli::SessionFlags {
   int64_t max_queue = 64;
   uint64_t cache_ram_mib = lumen::server::SchedulerOptions{}.cache_ram_bytes >> 20;
   double grace_seconds = 5;
+  std::optional<std::string> pooling;  // --pooling: overrides the GGUF's {arch}.pooling_type
 };
 
 // The Jinja text /props reports: the --chat-template file, else the GGUF's
@@ -101,6 +103,7 @@ int run(const Options& o) {
   std::optional<lumen::chat::ChatTemplate> chat_template;
   std::unique_ptr<lumen::server::Scheduler> sched;
   lumen::server::ServerProps props;
+  std::optional<lumen::runtime::Pooling> from_gguf;
   try {
     const std::string model_path =
         o.model_path.empty() ? lumen::cli::model_for_gguf(o.gguf_path, o.dsl_dir, "lumen-server") : o.model_path;
@@ -121,6 +124,7 @@ int run(const Options& o) {
     sched = std::make_unique<lumen::server::Scheduler>(*session, *tokenizer, sched_options);
     props.model_path = o.gguf_path;
     props.chat_template_source = chat_template_source(o, session->gguf());
+    from_gguf = lumen::runtime::gguf_pooling(session->gguf());
   } catch (...) {
     shut_down();
     throw;
@@ -128,6 +132,13 @@ int run(const Options& o) {
   std::string name = o.alias;
   if (name.empty()) name = session->gguf().get_string("general.name").value_or("");
   if (name.empty()) name = std::filesystem::path(o.gguf_path).stem().string();
+  // Embeddings pool as --pooling says, else as the GGUF says, else the default.
+  const lumen::runtime::Pooling pooling = o.pooling ? *lumen::runtime::parse_pooling(*o.pooling)
+                                          : from_gguf ? *from_gguf
+                                                      : lumen::runtime::kDefaultPooling;
+  http.set_embeddings(pooling, session->n_embd());
+  std::fprintf(stderr, "lumen-server: embeddings: %s pooling (%s)\n", std::string(to_string(pooling)).c_str(),
+               o.pooling ? "--pooling" : from_gguf ? "the GGUF's pooling_type" : "the default");
   std::thread scheduler_thread([&] { sched->run(); });
   http.attach(*sched, *tokenizer, *chat_template, name, session->n_ctx(), std::move(props));
   scheduler.store(sched.get());
@@ -179,6 +190,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 24));
   app.add_option("--chat-template", o.chat_template, "Jinja chat template file to use instead of the GGUF's");
   app.add_option("--alias", o.alias, "model name in responses (default: general.name, else the file name)");
+  const std::vector<std::string> poolings(lumen::runtime::kPoolingNames.begin(), lumen::runtime::kPoolingNames.end());
+  app.add_option("--pooling", o.pooling,
+                 "embeddings: how hidden states are pooled (default: the GGUF's pooling_type, else " +
+                     std::string(to_string(lumen::runtime::kDefaultPooling)) + ")")
+      ->check(CLI::IsMember(poolings));
   app.add_option("--grace", o.grace_seconds, "seconds running requests get after SIGTERM (default 5)")
       ->check(CLI::Range(0.0, 3600.0));
   if (auto exit_code = lumen::cli::parse_command_line(app, argc, argv)) return *exit_code;

@@ -65,6 +65,7 @@ Session::Session(std::shared_ptr<const CompiledModel> model, const std::string& 
   const Plan& decode = s.plan_for(1);
   s.n_vocab = decode.logits.cols;
   s.build_post_template();
+  s.find_hidden_norm();
 
   // One KV cache per attention op of a layer, as wide as its K.
   std::vector<int64_t> kv_widths;
@@ -142,6 +143,11 @@ void Session::step(std::span<const SeqTokens> batch) {
       throw EvalError("slot " + std::to_string(e.slot) + " is out of range [0, " + std::to_string(s.n_seq) + ")");
     if (seen[static_cast<size_t>(e.slot)]) throw EvalError("slot " + std::to_string(e.slot) + " appears twice in a step");
     seen[static_cast<size_t>(e.slot)] = true;
+    if (e.hidden && s.hidden_norm < 0)
+      throw EvalError("this model's program gives no hidden states (its post section does not start with last() and "
+                      "a final rms_norm)");
+    if (e.hidden && e.all_logits)
+      throw EvalError("slot " + std::to_string(e.slot) + " asks for both logits and hidden states");
     const int64_t size = static_cast<int64_t>(e.tokens.size());
     if (size == 0) throw EvalError("slot " + std::to_string(e.slot) + " has no tokens to evaluate");
     const int64_t position = s.positions[static_cast<size_t>(e.slot)];
@@ -160,13 +166,14 @@ void Session::step(std::span<const SeqTokens> batch) {
                     std::to_string(s.n_batch));
 
   std::vector<int32_t> tokens;
-  std::vector<int64_t> kept;
+  std::vector<int64_t> kept, hidden_rows;
   s.row_slot.clear();
   s.row_pos.clear();
   s.runs.clear();
   s.step_first.clear();
   s.step_kept.clear();
   s.step_size.clear();
+  s.step_hidden_first.clear();
   for (const SeqTokens& e : batch) {
     const int64_t size = static_cast<int64_t>(e.tokens.size());
     const int64_t row0 = static_cast<int64_t>(tokens.size());
@@ -178,16 +185,20 @@ void Session::step(std::span<const SeqTokens> batch) {
     }
     tokens.insert(tokens.end(), e.tokens.begin(), e.tokens.end());
     s.step_first.push_back(kept.size());
-    s.step_kept.push_back(e.all_logits ? size : 1);
+    s.step_kept.push_back(e.hidden ? 0 : e.all_logits ? size : 1);
     s.step_size.push_back(size);
-    if (e.all_logits)
+    s.step_hidden_first.push_back(e.hidden ? static_cast<int64_t>(hidden_rows.size()) : -1);
+    if (e.hidden)
+      for (int64_t i = 0; i < size; ++i) hidden_rows.push_back(row0 + i);
+    else if (e.all_logits)
       for (int64_t i = 0; i < size; ++i) kept.push_back(row0 + i);
     else
       kept.push_back(row0 + size - 1);
   }
   s.step_out.resize(kept.size() * static_cast<size_t>(s.n_vocab));
+  s.step_hidden_out.resize(hidden_rows.size() * static_cast<size_t>(s.n_embd));
   const Plan& plan = s.plan_for(total);
-  s.forward(plan, tokens, kept, s.step_out.data());
+  s.forward(plan, tokens, kept, s.step_out.data(), hidden_rows, s.step_hidden_out.data());
   for (const SeqTokens& e : batch) s.positions[static_cast<size_t>(e.slot)] += static_cast<int64_t>(e.tokens.size());
 }
 
@@ -200,6 +211,17 @@ std::span<const float> Session::step_logits(size_t entry, int64_t token) const {
                                            std::to_string(entry) + " (all_logits)");
   const size_t at = (s.step_first[entry] + static_cast<size_t>(row)) * static_cast<size_t>(s.n_vocab);
   return std::span<const float>(s.step_out.data() + at, static_cast<size_t>(s.n_vocab));
+}
+
+std::span<const float> Session::step_hidden(size_t entry, int64_t token) const {
+  const Impl& s = *impl_;
+  if (entry >= s.step_hidden_first.size()) throw std::out_of_range("no step entry " + std::to_string(entry));
+  const int64_t first = s.step_hidden_first[entry];
+  if (first < 0 || token < 0 || token >= s.step_size[entry])
+    throw std::out_of_range("no hidden state kept for token " + std::to_string(token) + " of entry " +
+                            std::to_string(entry) + " (SeqTokens::hidden)");
+  const size_t at = static_cast<size_t>(first + token) * static_cast<size_t>(s.n_embd);
+  return std::span<const float>(s.step_hidden_out.data() + at, static_cast<size_t>(s.n_embd));
 }
 
 int64_t Session::position(int slot) const {
@@ -266,6 +288,7 @@ int64_t Session::position() const { return impl_->positions[0]; }
 void Session::clear() { impl_->positions[0] = 0; }
 int64_t Session::n_ctx() const { return impl_->n_ctx; }
 int64_t Session::n_vocab() const { return impl_->n_vocab; }
+int64_t Session::n_embd() const { return impl_->n_embd; }
 int Session::n_threads() const { return impl_->n_threads; }
 const gguf::File& Session::gguf() const { return *impl_->file; }
 const CompiledModel& Session::model() const { return *impl_->model; }

@@ -219,17 +219,36 @@ void Session::Impl::run_op(const ROp& r, Section section, size_t index, int64_t 
   }
 }
 
-// One forward pass over the rows set in row_slot/row_pos/runs, then the post
-// ops for the kept rows; their logits go to out, n_vocab floats each, in order.
+// One forward pass over the rows set in row_slot/row_pos/runs, then the
+// hidden states of hidden_rows (n_embd floats each to hidden_out, in order)
+// and the post ops for the kept rows; their logits go to out, n_vocab floats
+// each, in order.
 void Session::Impl::forward(const Plan& plan, std::span<const int32_t> tokens, std::span<const int64_t> kept,
-                            float* out) {
+                            float* out, std::span<const int64_t> hidden_rows, float* hidden_out) {
   const program::Program& p = program();
   const int64_t n = plan.n;
   for (int64_t i = 0; i < n; ++i) *plan.tokens.i32(i) = tokens[static_cast<size_t>(i)];
   for (size_t i = 0; i < p.pre.size(); ++i) run_op(plan.sections.pre[i], Section::Pre, i, 0, n - 1);
   for (int64_t layer = 0; layer < bound.n_layers; ++layer)
     for (size_t i = 0; i < p.layer.size(); ++i) run_op(plan.sections.layer[i], Section::Layer, i, layer, n - 1);
+  run_hidden(plan, hidden_rows, hidden_out);
   run_post(plan, kept, out);
+}
+
+// The final norm (find_hidden_norm) on rows of the layers' output, before the
+// post ops may reuse its memory: per row the arithmetic of run_op's RmsNorm,
+// which is also what RmsNormQuant computes before it quantizes.
+void Session::Impl::run_hidden(const Plan& plan, std::span<const int64_t> rows, float* out) {
+  if (rows.empty()) return;
+  const ROp& norm = plan.sections.post[static_cast<size_t>(hidden_norm)];
+  const RView& source = plan.sections.post[0].in[0];
+  const float* w = reinterpret_cast<const float*>(tensor(norm.op->weights[0], 0)->data);
+  const int64_t cols = n_embd, group = norm.head_dim;
+  pool->parallel_for(static_cast<int64_t>(rows.size()), [&](int64_t j, int) {
+    const float* x = source.f32(rows[static_cast<size_t>(j)]);
+    float* y = out + j * cols;
+    for (int64_t c = 0; c < cols; c += group) kernels::rms_norm(x + c, w, y + c, group, norm.eps);
+  });
 }
 
 // One row: Last picks it and the post ops run on it (decode kernels).

@@ -69,6 +69,13 @@ struct Session::Impl {
   std::vector<float> step_out;
   std::vector<size_t> step_first;
   std::vector<int64_t> step_kept, step_size;
+  // Hidden states (SeqTokens::hidden): the final norm's index in the post
+  // section (-1: none), the step's rows of n_embd floats, each entry's first
+  // row in them (-1: it asked for none).
+  int hidden_norm = -1;
+  int64_t n_embd = 0;
+  std::vector<float> step_hidden_out;
+  std::vector<int64_t> step_hidden_first;
   LoadStats stats;
   std::map<std::string, Profile> profile;
 
@@ -80,10 +87,13 @@ struct Session::Impl {
   const Plan& plan_for(int64_t n);
   void choose_kernel(ROp& r, program::Section s, size_t i, int64_t rows) const;
   void build_post_template();
+  void find_hidden_norm();
   const std::vector<ROp>& post_plan_for(int64_t k);
   void check_op(const ROp& r, program::Section section, size_t index, int64_t n) const;
   // session_execute.cpp
-  void forward(const Plan& plan, std::span<const int32_t> tokens, std::span<const int64_t> kept, float* out);
+  void forward(const Plan& plan, std::span<const int32_t> tokens, std::span<const int64_t> kept, float* out,
+               std::span<const int64_t> hidden_rows = {}, float* hidden_out = nullptr);
+  void run_hidden(const Plan& plan, std::span<const int64_t> rows, float* out);
   void run_post(const Plan& plan, std::span<const int64_t> kept, float* out);
   void run_op(const ROp& r, program::Section section, size_t index, int64_t layer, int64_t take_row);
   void run_matmul(const ROp& r, const PackedMatMul& mm, int64_t n);

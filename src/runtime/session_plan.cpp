@@ -237,6 +237,22 @@ void Session::Impl::build_post_template() {
   post_template = std::move(t);
 }
 
+// Hidden states are the output of the final norm: the post section must
+// start with last() and an RMS norm of its row (fused with the head's
+// activation quantization or not), which run_hidden then applies to any row
+// of the pass, in f32, with the same kernel.
+void Session::Impl::find_hidden_norm() {
+  const std::vector<ROp>& ops = plan_for(1).sections.post;
+  if (ops.size() < 2 || ops[0].op->kind != OpId::Last) return;
+  const ROp& norm = ops[1];
+  if (norm.op->kind != OpId::RmsNorm && norm.op->kind != OpId::RmsNormQuant) return;
+  if (norm.op->weights.size() != 1 || norm.in.empty() || !norm.in[0].same_place(ops[0].out) ||
+      norm.in[0].cols != ops[0].in[0].cols)
+    return;
+  hidden_norm = 1;
+  n_embd = norm.in[0].cols;
+}
+
 // The template with its side views cut to k rows and the matmuls on their kernels for k rows.
 const std::vector<ROp>& Session::Impl::post_plan_for(int64_t k) {
   auto found = post_plans.find(k);

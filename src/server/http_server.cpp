@@ -17,6 +17,7 @@
 
 #include "lumen/server/api.h"
 #include "lumen/server/api_utility.h"
+#include "lumen/server/api_embeddings.h"
 
 namespace lumen::server {
 
@@ -32,11 +33,14 @@ struct HttpServer::Impl {
   int64_t n_ctx = 0;
   ServerProps props;
   std::atomic<uint64_t> next_id{1};
+  runtime::Pooling pooling = runtime::kDefaultPooling;
+  int64_t n_embd = 0;
 
   void routes();
   // llama-server's utility routes: `respond` turns the body into the answer.
   void utility(const char* path, std::string (*respond)(Impl&, const httplib::Request&));
   void completion(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
+  void embeddings(const httplib::Request& req, httplib::Response& res);
 };
 
 namespace {
@@ -171,6 +175,8 @@ void HttpServer::Impl::routes() {
             [this](const httplib::Request& req, httplib::Response& res) { completion(Endpoint::Completions, req, res); });
   http.Post("/chat/completions",
             [this](const httplib::Request& req, httplib::Response& res) { completion(Endpoint::Chat, req, res); });
+  for (const char* route : {"/v1/embeddings", "/embeddings"})
+    http.Post(route, [this](const httplib::Request& req, httplib::Response& res) { embeddings(req, res); });
   utility("/tokenize", [](Impl& s, const httplib::Request& req) { return tokenize_response(req.body, *s.tokenizer); });
   utility("/detokenize",
           [](Impl& s, const httplib::Request& req) { return detokenize_response(req.body, *s.tokenizer); });
@@ -198,6 +204,47 @@ void HttpServer::Impl::utility(const char* path, std::string (*respond)(Impl&, c
       send_error(res, e);
     }
   });
+}
+
+void HttpServer::Impl::embeddings(const httplib::Request& req, httplib::Response& res) {
+  Scheduler* sched = scheduler.load();
+  if (sched == nullptr) {
+    send_error(res, ApiError(503, "loading the model", "unavailable_error", "loading"));
+    return;
+  }
+  EmbeddingRequest request;
+  try {
+    if (n_embd == 0) throw ApiError(400, "this model gives no embeddings (its program has no final norm before the head)");
+    request = parse_embedding_request(req.body, *tokenizer, n_ctx, n_embd);
+  } catch (const ApiError& e) {
+    send_error(res, e);
+    return;
+  }
+  auto job = std::make_shared<EmbeddingJob>(*sched, request, pooling);
+  if (!job->start()) {
+    res.set_header("Retry-After", "1");
+    send_error(res, ApiError(503, "the server is busy: the queue is full", "unavailable_error", "queue_full"));
+    return;
+  }
+  // As a non-streamed completion: a space every kHeartbeat while the items
+  // run, so that a client that vanishes cancels them.
+  static constexpr auto kHeartbeat = std::chrono::milliseconds(50);
+  res.set_chunked_content_provider(
+      "application/json",
+      [job, base64 = request.base64, model = model_name](size_t, httplib::DataSink& sink) {
+        job->pump(kHeartbeat);
+        if (job->done() || job->error()) {
+          const std::string body = job->error() ? error_body(*job->error())
+                                                : embedding_response(job->vectors(), base64, model, job->prompt_tokens());
+          if (!sink.write(body.data(), body.size())) return false;
+          sink.done();
+          return true;
+        }
+        return sink.write(" ", 1);
+      },
+      [job](bool success) {
+        if (!success || !job->done()) job->cancel();
+      });
 }
 
 void HttpServer::Impl::completion(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
@@ -289,6 +336,11 @@ void HttpServer::bind() {
 int HttpServer::port() const { return impl_->port; }
 void HttpServer::serve() { impl_->http.listen_after_bind(); }
 void HttpServer::stop() { impl_->http.stop(); }
+
+void HttpServer::set_embeddings(runtime::Pooling pooling, int64_t n_embd) {
+  impl_->pooling = pooling;
+  impl_->n_embd = n_embd;
+}
 
 void HttpServer::attach(Scheduler& scheduler, const Tokenizer& tokenizer, const chat::ChatTemplate& chat_template,
                         std::string model_name, int64_t n_ctx, ServerProps props) {

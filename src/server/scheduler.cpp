@@ -90,14 +90,18 @@ struct Scheduler::Sequence {
   TextStreamer streamer;
   std::vector<int32_t> output;  // generated tokens (what the KV holds after the prompt)
   std::vector<TokenLogprob> prompt_logprobs;
+  // An embedding request's hidden states so far. It needs the state of every
+  // prompt position (mean, cls), so its prompt is always prefilled whole.
+  std::optional<runtime::Pooler> pooler;
 
-  Sequence(std::shared_ptr<Request> r, int s, int c)
+  Sequence(std::shared_ptr<Request> r, int s, int c, int64_t n_embd)
       : request(std::move(r)),
         slot(s),
         choice(c),
         waiting(c > 0),
         sampler(choice_sampling(request->params().sampling, c)),
         streamer(request->params().stops) {
+    if (request->params().pooling) pooler.emplace(*request->params().pooling, n_embd);
     // As lumen-run: the prompt is part of the penalties' history.
     for (int32_t t : request->params().prompt) sampler.accept(t);
   }
@@ -175,8 +179,9 @@ void Scheduler::place_locked(const std::shared_ptr<Request>& request, std::vecto
   const GenerationParams& p = request->params();
   const std::span<const int32_t> prompt(p.prompt);
   // The last prompt token is always evaluated: its logits give the first
-  // token. Prompt log-probabilities need every position's logits: no reuse.
-  const int64_t limit = p.prompt_logprobs ? 0 : static_cast<int64_t>(prompt.size()) - 1;
+  // token. Prompt log-probabilities need every position's logits, and
+  // embeddings every position's hidden state: no reuse.
+  const int64_t limit = p.prompt_logprobs || p.pooling ? 0 : static_cast<int64_t>(prompt.size()) - 1;
   int slot = -1;
   int64_t reuse = 0;
   for (int s : free) {
@@ -203,7 +208,7 @@ void Scheduler::place_locked(const std::shared_ptr<Request>& request, std::vecto
   ++(reuse > 0 ? stats_.prefix_hits : stats_.prefix_misses);
   stats_.prefix_reused_tokens += static_cast<uint64_t>(reuse);
   stats_.prompt_tokens += prompt.size() - static_cast<size_t>(reuse);
-  auto primary = std::make_unique<Sequence>(request, slot, 0);
+  auto primary = std::make_unique<Sequence>(request, slot, 0, session_.n_embd());
   primary->prompt_done = static_cast<size_t>(reuse);
   slots_[static_cast<size_t>(slot)] = std::move(primary);
   warm_[static_cast<size_t>(slot)].tokens.clear();
@@ -213,7 +218,7 @@ void Scheduler::place_locked(const std::shared_ptr<Request>& request, std::vecto
     session_.clear(other);
     std::erase(free, other);
     warm_[static_cast<size_t>(other)].tokens.clear();
-    slots_[static_cast<size_t>(other)] = std::make_unique<Sequence>(request, other, c);
+    slots_[static_cast<size_t>(other)] = std::make_unique<Sequence>(request, other, c, session_.n_embd());
   }
 }
 
@@ -293,10 +298,11 @@ void Scheduler::emit(Sequence& seq, std::span<const float> logits, int64_t& gene
     seq.pending = id;
 }
 
-void Scheduler::finish(Sequence& seq, const std::string& reason, std::string text) {
+void Scheduler::finish(Sequence& seq, const std::string& reason, std::string text, std::vector<float> embedding) {
   Event done;
   done.kind = Event::Kind::Done;
   done.text = std::move(text);
+  done.embedding = std::move(embedding);
   if (reason != "cancelled" && !seq.streamer.stopped()) done.text += seq.streamer.finish();
   done.finish_reason = reason;
   done.choice = seq.choice;
@@ -347,7 +353,7 @@ bool Scheduler::step() {
     budget -= take;
     entries.push_back({seq, false, static_cast<size_t>(take)});
     batch.push_back({seq->slot, std::span<const int32_t>(prompt).subspan(seq->prompt_done, static_cast<size_t>(take)),
-                     seq->params().prompt_logprobs});
+                     seq->params().prompt_logprobs, seq->pooler.has_value()});
   }
   StepTrace trace;
   int64_t rows = 0;
@@ -371,6 +377,13 @@ bool Scheduler::step() {
       continue;
     }
     const GenerationParams& p = seq.params();
+    if (seq.pooler) {
+      for (size_t t = 0; t < entries[i].count; ++t) seq.pooler->add(session_.step_hidden(i, static_cast<int64_t>(t)));
+      seq.prompt_done += entries[i].count;
+      if (seq.prompt_done < p.prompt.size()) continue;
+      finish(seq, "stop", {}, seq.pooler->result());
+      continue;
+    }
     if (p.prompt_logprobs) {
       if (seq.prompt_logprobs.empty()) seq.prompt_logprobs.push_back({p.prompt[0], std::nullopt, {}});
       for (size_t t = 0; t < entries[i].count; ++t) {
@@ -452,6 +465,11 @@ SchedulerStats Scheduler::stats() const {
     s.tokens_per_second = seconds > 0 ? static_cast<double>(tokens) / seconds : 0;
   }
   return s;
+}
+
+bool Scheduler::accepting() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return accepting_;
 }
 
 StepTrace Scheduler::last_step() const {

@@ -15,6 +15,16 @@ inline constexpr double kMaxRmsLogitDiff = 0.15;
 // top1 - top2 margin exceeds this; below it rounding order alone can flip them.
 inline constexpr double kDecisiveMargin = 0.5;
 
+// ---- embeddings against llama-server --embeddings (tests/data/embeddings/)
+// The pooled, L2-normalized final-norm outputs of the reference model, 6
+// inputs x 3 poolings, measured 2026-12-02 (Zen 5, AVX-512 VNNI): last and
+// cls bit-identical to llama-server's, mean within 4.5e-8 (Lumen sums the
+// rows in double, ggml in float); cosine 1 - 1e-7 or closer. The bounds leave
+// room for other ISAs' few-ulp differences carried through the layers; a
+// wrong pooling moves elements by 0.15-0.47 (cosine 0.03-0.82).
+inline constexpr double kEmbeddingMinCosine = 0.999;
+inline constexpr double kEmbeddingMaxAbsDiff = 1e-4;
+
 // ---- Lumen against itself
 // The same model run as one batch or token by token: the prefill (M > 1)
 // and decode (M = 1) kernels sum the same Q8_0 products in a different order,

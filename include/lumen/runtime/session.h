@@ -50,10 +50,14 @@ struct SessionOptions {
 
 // One sequence's part of a step(): tokens appended to the KV slot `slot` at
 // its position. all_logits keeps the logits of every token, not only the last.
+// hidden keeps every token's hidden state instead (the output of the final
+// norm, the output head's input: llama.cpp's result_norm) and computes no
+// logits for the entry, so the output head is skipped for it (embeddings).
 struct SeqTokens {
   int slot = 0;
   std::span<const int32_t> tokens;
   bool all_logits = false;
+  bool hidden = false;
 };
 
 // eval() refusals that leave the session usable: context overflow, bad token ids.
@@ -99,11 +103,20 @@ class Session {
   // outputs and attention rows accumulate in a fixed order), so a sequence's
   // logits are bitwise those of running it alone or through eval(). Throws
   // EvalError (session unchanged) for a bad slot, a slot twice, a context
-  // overflow, a bad token id or more than n_batch tokens.
+  // overflow, a bad token id, more than n_batch tokens, or hidden states
+  // asked of a program without them (n_embd() == 0) or with all_logits.
   void step(std::span<const SeqTokens> batch);
   // Logits after step(): entry i of its batch, token `token` of that entry
   // (-1: the last; others need all_logits). Valid until the next step/eval.
   std::span<const float> step_logits(size_t entry, int64_t token = -1) const;
+  // The hidden state (n_embd() floats) of token `token` of entry `entry` of
+  // the last step(), which asked for it (SeqTokens::hidden). Bitwise what the
+  // output head reads for that token (before its activation quantization),
+  // whatever else was in the pass. Valid until the next step/eval.
+  std::span<const float> step_hidden(size_t entry, int64_t token) const;
+  // The width of a hidden state; 0 when the program's post section does not
+  // start with last() and a final RMS norm, so that it has none to give.
+  int64_t n_embd() const;
   int64_t position(int slot) const;
   void clear(int slot);      // frees the slot (position 0)
   // Prefix operations on KV slots (the server's prefix cache). The bytes are

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "lumen/server/api_utility.h"
+#include "lumen/runtime/pooling.h"
 #include "lumen/server/scheduler.h"
 #include "lumen/text/chat_template.h"
 #include "lumen/text/tokenizer.h"
@@ -40,6 +41,10 @@ class HttpServer {
   // is what GET /props adds to the scheduler's context and slots.
   void attach(Scheduler& scheduler, const Tokenizer& tokenizer, const chat::ChatTemplate& chat_template,
               std::string model_name, int64_t n_ctx, ServerProps props = {});
+  // /v1/embeddings pools with `pooling` vectors of n_embd floats
+  // (Session::n_embd; 0: the model gives none, the route answers 400).
+  // Called before attach().
+  void set_embeddings(runtime::Pooling pooling, int64_t n_embd);
 
  private:
   struct Impl;

@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "lumen/runtime/pooling.h"
 #include "lumen/runtime/sampler.h"
 #include "lumen/runtime/session.h"
 #include "lumen/text/tokenizer.h"
@@ -41,6 +42,9 @@ struct GenerationParams {
   // Choices generated from the prompt, one slot each; choice i samples with
   // seed + i (a random seed: each its own), so choice 0 is the n = 1 answer.
   int n = 1;
+  // Set: an embedding request. The prompt prefills its slot keeping every
+  // token's hidden state, pooled into Done's embedding; nothing is sampled.
+  std::optional<runtime::Pooling> pooling;
 };
 
 // A token with its log-probability under the model (log-softmax of the raw
@@ -57,6 +61,7 @@ struct Event {
   int choice = 0;                    // which of the request's n choices (Prompt: 0)
   std::vector<TokenLogprob> prompt;  // Prompt: every prompt token (prompt_logprobs only)
   TokenLogprob token;                // Token: the generated token
+  std::vector<float> embedding;      // Done of an embedding request: the pooled, L2-normalized hidden states
   std::string text;                  // Token/Done: text now safe to show (stop strings held back)
   std::string finish_reason;         // Done: "stop", "length" or "cancelled" (one Done per choice)
 };
@@ -119,7 +124,8 @@ class Scheduler {
   ~Scheduler();
 
   // Queues a request; nullptr when the queue is full or the scheduler stops.
-  // The prompt must be non-empty and fit the context (the API layer checks).
+  // The prompt must be non-empty and fit the context, and an embedding
+  // request needs the session's hidden states (the API layer checks).
   std::shared_ptr<Request> submit(GenerationParams params);
   // The client is gone: the sequence frees its slot at the next step.
   void cancel(const std::shared_ptr<Request>& request);
@@ -133,6 +139,8 @@ class Scheduler {
   void stop(std::chrono::milliseconds grace);
 
   SchedulerStats stats() const;
+  // False once stop() began: submit() refuses everything from then on.
+  bool accepting() const;
   StepTrace last_step() const;
   int parallel() const;
 
@@ -155,7 +163,7 @@ class Scheduler {
   // The prompt of primary (choice 0) is in its KV: the other choices get a
   // copy, and every choice samples its first token from the same logits.
   void start_choices(Sequence& primary, std::span<const float> logits, int64_t& generated);
-  void finish(Sequence& seq, const std::string& reason, std::string text = {});
+  void finish(Sequence& seq, const std::string& reason, std::string text = {}, std::vector<float> embedding = {});
   void emit(Sequence& seq, std::span<const float> logits, int64_t& generated);
 
   runtime::Session& session_;
