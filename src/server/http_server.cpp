@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <stdexcept>
 
+#include "chat_page_html.h"  // generated from chat_page.html (CMakeLists.txt)
 #include "lumen/server/api.h"
 
 namespace lumen::server {
@@ -108,6 +109,14 @@ void HttpServer::Impl::routes() {
     return httplib::Server::HandlerResponse::Unhandled;
   });
 
+  // The chat page: one static file. Its policy allows nothing from other
+  // origins, so the page cannot fetch anything but this server.
+  http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Content-Security-Policy",
+                   "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src 'self' data:");
+    res.set_header("X-Content-Type-Options", "nosniff");
+    res.set_content(kChatPageHtml.data(), kChatPageHtml.size(), "text/html; charset=utf-8");
+  });
   http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (scheduler.load() == nullptr) {
       send_error(res, ApiError(503, "loading the model", "unavailable_error", "loading"));
