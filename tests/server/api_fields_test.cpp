@@ -57,6 +57,7 @@ const std::map<std::string, json> kAcceptedExamples = {
     {"stream_options.include_obfuscation", {{"stream", true}, {"stream_options", {{"include_obfuscation", false}}}}},
     {"user", {{"user", "user-1234"}}},
     {"logit_bias", {{"logit_bias", {{"15", 1}}}}},
+    {"n", {{"n", 2}}},
     {"prompt", {{"prompt", "Hello"}}},
     {"echo", {{"echo", true}}},
     {"messages", {{"messages", {{{"role", "user"}, {"content", "Hello"}}}}}},
