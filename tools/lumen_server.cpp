@@ -82,7 +82,7 @@ int run(const Options& o) {
   std::optional<lumen::Tokenizer> tokenizer;
   std::optional<lumen::chat::ChatTemplate> chat_template;
   std::unique_ptr<lumen::server::Scheduler> sched;
-  std::optional<lumen::runtime::Pooling> from_gguf;
+  std::optional<lumen::runtime::PoolingChoice> pooling;
   try {
     auto model = std::make_shared<lumen::runtime::CompiledModel>(lumen::runtime::load_model_so(o.model_path));
     lumen::runtime::SessionOptions so = o.session_options(o.n_threads());
@@ -98,7 +98,8 @@ int run(const Options& o) {
     sched_options.max_queue = o.max_queue;
     sched_options.prompt_chunk = o.chunk;
     sched = std::make_unique<lumen::server::Scheduler>(*session, *tokenizer, sched_options);
-    from_gguf = lumen::runtime::gguf_pooling(session->gguf());
+    pooling = lumen::runtime::choose_pooling(o.pooling ? lumen::runtime::parse_pooling(*o.pooling) : std::nullopt,
+                                             session->gguf());
   } catch (...) {
     shut_down();
     throw;
@@ -106,13 +107,9 @@ int run(const Options& o) {
   std::string name = o.alias;
   if (name.empty()) name = session->gguf().get_string("general.name").value_or("");
   if (name.empty()) name = std::filesystem::path(o.gguf_path).stem().string();
-  // Embeddings pool as --pooling says, else as the GGUF says, else the default.
-  const lumen::runtime::Pooling pooling = o.pooling ? *lumen::runtime::parse_pooling(*o.pooling)
-                                          : from_gguf ? *from_gguf
-                                                      : lumen::runtime::kDefaultPooling;
-  http.set_embeddings(pooling, session->n_embd());
-  std::fprintf(stderr, "lumen-server: embeddings: %s pooling (%s)\n", std::string(to_string(pooling)).c_str(),
-               o.pooling ? "--pooling" : from_gguf ? "the GGUF's pooling_type" : "the default");
+  http.set_embeddings(pooling->pooling, session->n_embd());
+  std::fprintf(stderr, "lumen-server: embeddings: %s pooling (%s)\n", std::string(to_string(pooling->pooling)).c_str(),
+               std::string(pooling->why).c_str());
   std::thread scheduler_thread([&] { sched->run(); });
   http.attach(*sched, *tokenizer, *chat_template, name, session->n_ctx());
   scheduler.store(sched.get());
