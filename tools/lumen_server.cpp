@@ -103,7 +103,7 @@ int run(const Options& o) {
   std::optional<lumen::chat::ChatTemplate> chat_template;
   std::unique_ptr<lumen::server::Scheduler> sched;
   lumen::server::ServerProps props;
-  std::optional<lumen::runtime::Pooling> from_gguf;
+  std::optional<lumen::runtime::PoolingChoice> pooling;
   try {
     const std::string model_path =
         o.model_path.empty() ? lumen::cli::model_for_gguf(o.gguf_path, o.dsl_dir, "lumen-server") : o.model_path;
@@ -124,7 +124,8 @@ int run(const Options& o) {
     sched = std::make_unique<lumen::server::Scheduler>(*session, *tokenizer, sched_options);
     props.model_path = o.gguf_path;
     props.chat_template_source = chat_template_source(o, session->gguf());
-    from_gguf = lumen::runtime::gguf_pooling(session->gguf());
+    pooling = lumen::runtime::choose_pooling(o.pooling ? lumen::runtime::parse_pooling(*o.pooling) : std::nullopt,
+                                             session->gguf());
   } catch (...) {
     shut_down();
     throw;
@@ -132,13 +133,9 @@ int run(const Options& o) {
   std::string name = o.alias;
   if (name.empty()) name = session->gguf().get_string("general.name").value_or("");
   if (name.empty()) name = std::filesystem::path(o.gguf_path).stem().string();
-  // Embeddings pool as --pooling says, else as the GGUF says, else the default.
-  const lumen::runtime::Pooling pooling = o.pooling ? *lumen::runtime::parse_pooling(*o.pooling)
-                                          : from_gguf ? *from_gguf
-                                                      : lumen::runtime::kDefaultPooling;
-  http.set_embeddings(pooling, session->n_embd());
-  std::fprintf(stderr, "lumen-server: embeddings: %s pooling (%s)\n", std::string(to_string(pooling)).c_str(),
-               o.pooling ? "--pooling" : from_gguf ? "the GGUF's pooling_type" : "the default");
+  http.set_embeddings(pooling->pooling, session->n_embd());
+  std::fprintf(stderr, "lumen-server: embeddings: %s pooling (%s)\n", std::string(to_string(pooling->pooling)).c_str(),
+               std::string(pooling->why).c_str());
   std::thread scheduler_thread([&] { sched->run(); });
   http.attach(*sched, *tokenizer, *chat_template, name, session->n_ctx(), std::move(props));
   scheduler.store(sched.get());

@@ -21,6 +21,12 @@ std::optional<Pooling> gguf_pooling(const gguf::File& file) {
   }
 }
 
+PoolingChoice choose_pooling(std::optional<Pooling> flag, const gguf::File& file) {
+  if (flag) return {*flag, "--pooling"};
+  if (const std::optional<Pooling> from_file = gguf_pooling(file)) return {*from_file, "the GGUF's pooling_type"};
+  return {kDefaultPooling, "the default"};
+}
+
 Pooler::Pooler(Pooling pooling, int64_t width) : pooling_(pooling) {
   if (pooling == Pooling::Mean)
     sum_.assign(static_cast<size_t>(width), 0.0);

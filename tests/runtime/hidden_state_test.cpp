@@ -111,7 +111,7 @@ TEST(Pooling, MeanLastAndClsAreL2Normalized) {
   EXPECT_EQ(zero.result(), (std::vector<float>{0, 0}));  // no division by zero
 }
 
-TEST(Pooling, NamesRoundTripAndTheGgufKeyUsesLlamaCppsNumbering) {
+TEST(Pooling, NamesRoundTripTheGgufKeyUsesLlamaCppsNumberingAndTheFlagComesFirst) {
   for (std::string_view name : kPoolingNames) EXPECT_EQ(to_string(*parse_pooling(name)), name);
   EXPECT_FALSE(parse_pooling("none"));
   const std::filesystem::path path =
@@ -129,6 +129,15 @@ TEST(Pooling, NamesRoundTripAndTheGgufKeyUsesLlamaCppsNumbering) {
   EXPECT_EQ(pooling_of(2), Pooling::Cls);
   EXPECT_EQ(pooling_of(3), Pooling::Last);
   EXPECT_EQ(pooling_of(4), std::nullopt);  // rank: a reranker's head, not an embedding
+  gguf::Writer w;
+  w.set_string("general.architecture", "qwen2");
+  w.set_u32("qwen2.pooling_type", 2);
+  w.write(path.string());
+  const gguf::File with_key = gguf::File::open(path.string());
+  EXPECT_EQ(choose_pooling(Pooling::Mean, with_key).pooling, Pooling::Mean);  // the flag first
+  EXPECT_EQ(choose_pooling(std::nullopt, with_key).pooling, Pooling::Cls);    // then the file
+  pooling_of(std::nullopt);
+  EXPECT_EQ(choose_pooling(std::nullopt, gguf::File::open(path.string())).pooling, kDefaultPooling);
   std::filesystem::remove(path);
 }
 

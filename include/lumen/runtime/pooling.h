@@ -38,6 +38,14 @@ inline constexpr Pooling kDefaultPooling = Pooling::Last;
 // another kind (0 none, 4 rank).
 std::optional<Pooling> gguf_pooling(const gguf::File& file);
 
+// The pooling to use: `flag` (lumen-server's --pooling) when given, else the
+// file's, else kDefaultPooling; `why` says which of the three it is.
+struct PoolingChoice {
+  Pooling pooling;
+  std::string_view why;  // "--pooling", "the GGUF's pooling_type" or "the default"
+};
+PoolingChoice choose_pooling(std::optional<Pooling> flag, const gguf::File& file);
+
 // One sequence's rows, in position order, folded into its embedding.
 class Pooler {
  public:
