@@ -10,10 +10,11 @@
 // --scenario prefix: the prefix cache. A chat with a long system prompt
 // (--system-words words, ~1 token each): the first turn's time to first
 // token (cold), the second turn's (the same conversation plus the answer
-// and a new user message: warm), and a new conversation with the same
-// system prompt (warm on the system prompt only). Streamed; the time to
+// and a new user message: warm), and (--turns 3) a new conversation with
+// the same system prompt (warm on the system prompt only). Streamed; the time to
 // first token is when the first content chunk arrives. --session sends
-// `X-Session-Id` (the balancer's affinity key, docs/deploy.md).
+// `X-Session-Id` (the balancer's affinity key, docs/deploy.md) with the
+// first turn, --later-session with the others (default: the same).
 //
 //   lumen-server-bench --port 8080 --streams 1,2,4,8,16 --tokens 64 --requests 2
 //   lumen-server-bench --port 8080 --scenario prefix --system-words 2000
@@ -36,8 +37,8 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 struct Options {
-  std::string host = "127.0.0.1", streams_text = "1,4,8", label = "server", scenario = "throughput", session;
-  int port = 8080, tokens = 64, requests = 2, prompt_words = 32, system_words = 2000;
+  std::string host = "127.0.0.1", streams_text = "1,4,8", label = "server", scenario = "throughput", session, later_session;
+  int port = 8080, tokens = 64, requests = 2, prompt_words = 32, system_words = 2000, turns = 3;
 };
 
 // A run-specific word, so that no server holds a prefix from an earlier run.
@@ -90,7 +91,7 @@ struct Turn {
 };
 
 // One streamed chat request; nullopt when it fails.
-std::optional<Turn> chat(const Options& o, const json& messages) {
+std::optional<Turn> chat(const Options& o, const json& messages, const std::string& session) {
   httplib::Client cli(o.host, o.port);
   cli.set_read_timeout(600, 0);
   const json body = {{"messages", messages}, {"max_tokens", o.tokens}, {"temperature", 0}, {"ignore_eos", true},
@@ -100,7 +101,7 @@ std::optional<Turn> chat(const Options& o, const json& messages) {
   req.path = "/v1/chat/completions";
   req.body = body.dump();
   req.set_header("Content-Type", "application/json");
-  if (!o.session.empty()) req.set_header("X-Session-Id", o.session);
+  if (!session.empty()) req.set_header("X-Session-Id", session);
   Turn turn;
   std::string pending;
   const auto start = Clock::now();
@@ -146,14 +147,16 @@ int prefix(const Options& o) {
     std::fflush(stdout);
     return true;
   };
-  const std::optional<Turn> one = chat(o, first);
+  const std::optional<Turn> one = chat(o, first, o.session);
+  const std::string later = o.later_session.empty() ? o.session : o.later_session;
   if (!row("turn 1 (cold)", one)) return 1;
   json second = first;
   second.push_back({{"role", "assistant"}, {"content", one->text}});
   second.push_back({{"role", "user"}, {"content", "And why does reusing it help?"}});
-  if (!row("turn 2 (same conversation)", chat(o, second))) return 1;
+  if (!row("turn 2 (same conversation)", chat(o, second, later))) return 1;
+  if (o.turns < 3) return 0;
   const json other = json::array({sys, {{"role", "user"}, {"content", "Name three compiler passes."}}});
-  if (!row("new conversation, same system prompt", chat(o, other))) return 1;
+  if (!row("new conversation, same system prompt", chat(o, other, later))) return 1;
   return 0;
 }
 
@@ -171,7 +174,10 @@ int main(int argc, char** argv) {
   app.add_option("--requests", o.requests, "throughput: requests per client (default 2)");
   app.add_option("--prompt-words", o.prompt_words, "throughput: words in each prompt (default 32)");
   app.add_option("--system-words", o.system_words, "prefix: words in the system prompt (default 2000)");
+  app.add_option("--turns", o.turns, "prefix: 2 (the conversation) or 3 (and a new one; default)")
+      ->check(CLI::Range(2, 3));
   app.add_option("--session", o.session, "prefix: send X-Session-Id with this value");
+  app.add_option("--later-session", o.later_session, "prefix: X-Session-Id of the turns after the first");
   app.add_option("--label", o.label, "name printed in the table (default server)");
   CLI11_PARSE(app, argc, argv);
   return o.scenario == "prefix" ? prefix(o) : throughput(o);
