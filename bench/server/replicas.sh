@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Two local lumen-server replicas behind nginx (bench/server/nginx-lumen.conf):
 # checks that /health and a completion answer through the balancer and that
-# both replicas served requests. Skips (exit 0) when nginx is not installed.
+# both replicas served requests, then measures the prefix cache through it: a
+# conversation's second turn with its X-Session-Id (back to the replica that
+# holds its prefix: a hit) and with a key that the hash sends to the other
+# replica (a miss). Skips (exit 0) when nginx is not installed.
 # Usage: bench/server/replicas.sh BUILD_DIR MODEL.so MODEL.gguf
 set -euo pipefail
 build=$1 model=$2 gguf=$3
@@ -18,7 +21,7 @@ cleanup() {
 trap cleanup EXIT
 ports=()
 for i in 1 2; do
-  "$build/tools/lumen-server" "$model" --gguf "$gguf" --port 0 --parallel 2 --ctx 512 -t 1 2>"$work/r$i.log" &
+  "$build/tools/lumen-server" "$model" --gguf "$gguf" --port 0 --parallel 2 --ctx 2048 -t 1 2>"$work/r$i.log" &
   pids+=($!)
 done
 for i in 1 2; do
@@ -42,9 +45,38 @@ for _ in $(seq 1 8); do
   clients+=($!)
 done
 for c in "${clients[@]}"; do wait "$c"; done
+metric() {  # metric REPLICA(1|2) NAME
+  curl -sf "http://127.0.0.1:${ports[$(($1 - 1))]}/metrics" | sed -n "s/^$2 \\(.*\\)/\\1/p" | cut -d. -f1
+}
 for i in 1 2; do
-  n=$(curl -sf "http://127.0.0.1:${ports[$((i - 1))]}/metrics" | sed -n 's/^lumen_requests_total \(.*\)/\1/p')
+  n=$(metric "$i" lumen_requests_total)
   echo "replicas: replica $i served $n requests"
-  [ "${n%.*}" -gt 0 ] || { echo "replicas: replica $i served nothing" >&2; exit 1; }
+  [ "$n" -gt 0 ] || { echo "replicas: replica $i served nothing" >&2; exit 1; }
 done
+
+# Which replica a session key lands on: the one whose request count moves.
+replica_of() {
+  local before
+  before=$(metric 1 lumen_requests_total)
+  curl -sf "http://127.0.0.1:$front/v1/completions" -H "X-Session-Id: $1" -d '{"prompt":"Hi","max_tokens":1}' >/dev/null
+  [ "$(metric 1 lumen_requests_total)" -gt "$before" ] && echo 1 || echo 2
+}
+home=$(replica_of conversation-1)
+other_key=""
+for k in $(seq 1 64); do
+  [ "$(replica_of "probe-$k")" != "$home" ] && { other_key="probe-$k"; break; }
+done
+[ -n "$other_key" ] || { echo "replicas: every key hashes to replica $home" >&2; exit 1; }
+bench="$build/bench/server/lumen-server-bench"
+reused() { echo $(($(metric 1 lumen_prefix_cache_reused_tokens_total) + $(metric 2 lumen_prefix_cache_reused_tokens_total))); }
+run_prefix() {  # run_prefix LABEL LATER_KEY
+  local before
+  before=$(reused)
+  "$bench" --port "$front" --scenario prefix --turns 2 --system-words 1500 --tokens 8 --label "$1" \
+    --session conversation-1 --later-session "$2" | sed -n '3,4p'
+  echo "replicas: $1: $(($(reused) - before)) prompt tokens reused from the prefix cache"
+}
+echo "replicas: conversation-1 lives on replica $home; $other_key hashes to the other"
+run_prefix "same key" conversation-1
+run_prefix "other key" "$other_key"
 echo "replicas: ok"

@@ -19,21 +19,23 @@ std::optional<PrefixStore::Match> PrefixStore::best(std::span<const int32_t> tok
   return out;
 }
 
-void PrefixStore::erase(size_t entry) {
+PrefixStore::Entry PrefixStore::take(size_t entry) {
   bytes_ -= entries_[entry].kv.size();
-  entries_[entry] = std::move(entries_.back());
+  Entry out = std::move(entries_[entry]);
+  if (entry + 1 != entries_.size()) entries_[entry] = std::move(entries_.back());
   entries_.pop_back();
+  return out;
 }
 
 void PrefixStore::put(Entry entry) {
   if (!fits(entry.kv.size())) return;
   // An entry that is a prefix of the new one says nothing the new one does not.
   for (size_t i = entries_.size(); i-- > 0;)
-    if (common_prefix(entries_[i].tokens, entry.tokens) == static_cast<int64_t>(entries_[i].tokens.size())) erase(i);
+    if (common_prefix(entries_[i].tokens, entry.tokens) == static_cast<int64_t>(entries_[i].tokens.size())) take(i);
   while (bytes_ + entry.kv.size() > capacity_) {
     const auto oldest = std::min_element(entries_.begin(), entries_.end(),
                                          [](const Entry& a, const Entry& b) { return a.last_use < b.last_use; });
-    erase(static_cast<size_t>(oldest - entries_.begin()));
+    take(static_cast<size_t>(oldest - entries_.begin()));
   }
   entry.last_use = ++clock_;
   bytes_ += entry.kv.size();

@@ -29,8 +29,8 @@ class PrefixStore {
   // The entry sharing the longest prefix with `tokens`, at most `limit` of
   // them; none when no entry shares a token.
   std::optional<Match> best(std::span<const int32_t> tokens, int64_t limit) const;
-  const Entry& at(size_t entry) const { return entries_[entry]; }
-  void touch(size_t entry) { entries_[entry].last_use = ++clock_; }
+  // Removes an entry and hands it over (put() takes it back).
+  Entry take(size_t entry);
   // Keeps `entry` (entries it extends go), evicting the least recently used
   // until it fits; an entry larger than the whole store is not kept.
   void put(Entry entry);
@@ -41,7 +41,6 @@ class PrefixStore {
   size_t size() const { return entries_.size(); }
 
  private:
-  void erase(size_t entry);
   uint64_t capacity_, bytes_ = 0, clock_ = 0;
   std::vector<Entry> entries_;
 };

@@ -190,11 +190,13 @@ void Scheduler::place_locked(const std::shared_ptr<Request>& request, std::vecto
   }
   const std::optional<PrefixStore::Match> stored = store_->best(prompt, limit);
   if (stored && stored->length > reuse) {
+    // Out of the store while the victim's KV goes in (that may evict), then back as most recent.
+    PrefixStore::Entry entry = store_->take(stored->entry);
     slot = victim(free);
     spill_locked(slot, 0);
     reuse = stored->length;
-    session_.restore_prefix(slot, reuse, store_->at(stored->entry).kv);
-    store_->touch(stored->entry);
+    session_.restore_prefix(slot, reuse, entry.kv);
+    store_->put(std::move(entry));
   } else if (slot >= 0) {
     // A warm slot mostly about something else keeps that in the store.
     if (2 * reuse < static_cast<int64_t>(warm_[static_cast<size_t>(slot)].tokens.size())) spill_locked(slot, reuse);

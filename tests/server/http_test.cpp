@@ -520,9 +520,9 @@ class SteppedServer {
 // fails and cancels the request; a pass later the slot is free, with at most
 // one more token generated (the one whose write failed). A non-streamed answer
 // sends a space now and then while it is generated, so its failed write is
-// noticed as in a stream.
-void expect_vanishing_client_is_cancelled(bool stream) {
-  SteppedServer server(/*parallel=*/1, /*max_queue=*/4);
+// noticed as in a stream. With n choices, every choice's slot is freed.
+void expect_vanishing_client_is_cancelled(bool stream, int n) {
+  SteppedServer server(/*parallel=*/n, /*max_queue=*/4);
   Scheduler& sched = server.scheduler();
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   ASSERT_GE(fd, 0);
@@ -531,7 +531,7 @@ void expect_vanishing_client_is_cancelled(bool stream) {
   addr.sin_port = htons(static_cast<uint16_t>(server.port()));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  const std::string body = json{{"prompt", "Hello"}, {"max_tokens", 250}, {"stream", stream}, {"ignore_eos", true}}.dump();
+  const std::string body = json{{"prompt", "Hello"}, {"max_tokens", 250}, {"stream", stream}, {"ignore_eos", true}, {"n", n}}.dump();
   const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
                           std::to_string(body.size()) + "\r\n\r\n" + body;
   ASSERT_EQ(send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
@@ -549,14 +549,18 @@ void expect_vanishing_client_is_cancelled(bool stream) {
   EXPECT_FALSE(sched.step());  // nothing left to run: the slot is free
   const SchedulerStats st = sched.stats();
   EXPECT_EQ(st.active, 0);
-  EXPECT_GE(st.generated_tokens, 3u);
-  EXPECT_LE(st.generated_tokens, 4u);
+  EXPECT_GE(st.generated_tokens, 3u * static_cast<uint64_t>(n));
+  EXPECT_LE(st.generated_tokens, 4u * static_cast<uint64_t>(n));
 }
 
-TEST(HttpSteppedByTheTest, ClientThatDisappearsMidStreamFreesItsSequence) { expect_vanishing_client_is_cancelled(true); }
+TEST(HttpSteppedByTheTest, ClientThatDisappearsMidStreamFreesItsSequence) { expect_vanishing_client_is_cancelled(true, 1); }
 
 TEST(HttpSteppedByTheTest, ClientThatDisappearsBeforeAWholeAnswerFreesItsSequence) {
-  expect_vanishing_client_is_cancelled(false);
+  expect_vanishing_client_is_cancelled(false, 1);
+}
+
+TEST(HttpSteppedByTheTest, ClientThatDisappearsMidStreamOfTwoChoicesFreesBothSlots) {
+  expect_vanishing_client_is_cancelled(true, 2);
 }
 
 // One place in all (one slot, no queue): while the first request holds it -
