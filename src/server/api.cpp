@@ -56,12 +56,12 @@ bool boolean(const json& body, const char* name, bool fallback) {
   return f->get<bool>();
 }
 
-std::string content_text(const json& content) {
+std::string content_text(const nlohmann::ordered_json& content) {
   if (content.is_string()) return content.get<std::string>();
   if (content.is_null()) return "";
   if (content.is_array()) {  // [{"type": "text", "text": ...}, ...]
     std::string out;
-    for (const json& part : content) {
+    for (const nlohmann::ordered_json& part : content) {
       if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
         bad("only text content parts are supported", "invalid_type");
       out += part["text"].get<std::string>();
@@ -79,9 +79,10 @@ std::string error_body(const ApiError& e) {
 }
 
 std::string chat_prompt_text(const chat::ChatTemplate& chat_template, const std::vector<chat::Message>& messages,
-                             const nlohmann::ordered_json& raw_messages) {
+                             const nlohmann::ordered_json& raw_messages, const nlohmann::ordered_json& tools) {
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();
   if (raw_messages.is_array()) extra["messages"] = raw_messages;
+  if (tools.is_array() && !tools.empty()) extra["tools"] = tools;
   try {
     return chat::render_chat(chat_template, messages, /*add_generation_prompt=*/true, extra);
   } catch (const chat::TemplateError& e) {
@@ -141,16 +142,30 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view text, const Tokeniz
     const json* messages = field(body, "messages");
     if (messages == nullptr) bad("'messages' is required", "missing_field");
     if (!messages->is_array() || messages->empty()) bad("'messages' must be a non-empty array", "invalid_type");
+    // Parsed again keeping key order: templates print tools and tool-call arguments as given.
+    const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(text);
+    r.tools = parse_tool_fields(ordered, tool_syntax_of(chat_template.source()));
     std::vector<chat::Message> list;
-    for (const json& m : *messages) {
+    nlohmann::ordered_json for_template = nlohmann::ordered_json::array();
+    for (const nlohmann::ordered_json& m : ordered["messages"]) {
       if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
         bad("every message needs a string 'role'", "invalid_type");
       const std::string role = m["role"].get<std::string>();
-      if (role != "system" && role != "user" && role != "assistant" && role != "developer")
+      if (role != "system" && role != "user" && role != "assistant" && role != "developer" && role != "tool")
         bad("unknown message role '" + role + "'");
-      list.push_back({role == "developer" ? "system" : role, content_text(m.contains("content") ? m["content"] : json())});
+      const std::string at = "messages[" + std::to_string(for_template.size()) + "]";
+      nlohmann::ordered_json message = m;
+      message["role"] = role == "developer" ? "system" : role;
+      const std::string content = content_text(m.contains("content") ? m["content"] : nlohmann::ordered_json());
+      if (m.contains("content") && m["content"].is_array()) message["content"] = content;
+      if (role == "tool" && !(m.contains("tool_call_id") && m["tool_call_id"].is_string()))
+        bad("'" + at + ".tool_call_id' must be a string", "invalid_type");
+      if (role == "assistant" && m.contains("tool_calls") && !m["tool_calls"].is_null())
+        message["tool_calls"] = template_tool_calls(m["tool_calls"], at + ".tool_calls");
+      list.push_back({message["role"].get<std::string>(), content});
+      for_template.push_back(std::move(message));
     }
-    r.prompt_text = chat_prompt_text(chat_template, list, nlohmann::ordered_json::parse(messages->dump()));
+    r.prompt_text = chat_prompt_text(chat_template, list, for_template, r.tools.tools);
     g.prompt = tokenizer.encode_prompt(r.prompt_text);
     r.logprobs = boolean(body, "logprobs", false);
     const int64_t top = integer(body, "top_logprobs", 0, 0, 20);
@@ -207,7 +222,9 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view text, const Tokeniz
 
 ResponseWriter::ResponseWriter(const ApiRequest& request, const Tokenizer& tokenizer, std::string model,
                                std::string id, int64_t created)
-    : request_(request), tokenizer_(tokenizer), model_(std::move(model)), id_(std::move(id)), created_(created) {}
+    : request_(request), tokenizer_(tokenizer), model_(std::move(model)), id_(std::move(id)), created_(created) {
+  if (request_.stream && request_.tools.parses_output()) tool_parser_.emplace(request_.tools);
+}
 
 namespace {
 
@@ -219,12 +236,18 @@ json bytes_of(const std::string& s) {
 
 json logprob_value(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
 
+std::string sse(const std::string& data) { return "data: " + data + "\n\n"; }
+
+json tool_call_json(const ToolCall& call) {
+  return {{"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+}
+
 }  // namespace
 
 // One choice object. Completions: logprobs as {tokens, token_logprobs,
 // top_logprobs, text_offset}; chat: {content: [{token, logprob, bytes, top_logprobs}]}.
 std::string ResponseWriter::chunk(const std::string& text, const std::vector<TokenLogprob>& lps, bool with_prompt,
-                                  const char* finish_reason) const {
+                                  const char* finish_reason, const std::vector<ToolCall>& calls) const {
   const bool chat = request_.endpoint == Endpoint::Chat;
   json choice = {{"index", 0}};
   json logprobs = nullptr;
@@ -270,10 +293,25 @@ std::string ResponseWriter::chunk(const std::string& text, const std::vector<Tok
   if (chat && request_.stream) {
     json delta = json::object();
     if (!sent_role_) delta["role"] = "assistant";
-    if (!text.empty() || !finish_reason) delta["content"] = text;
+    if (!text.empty() || (!finish_reason && calls.empty())) delta["content"] = text;
+    if (!calls.empty()) {
+      json deltas = json::array();
+      for (size_t i = 0; i < calls.size(); ++i) {
+        json d = tool_call_json(calls[i]);
+        d["index"] = calls_sent_ + i;
+        deltas.push_back(std::move(d));
+      }
+      delta["tool_calls"] = std::move(deltas);
+    }
     choice["delta"] = delta;
   } else if (chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
+    // With calls, content is the text outside them, null when there is none (as OpenAI's).
+    choice["message"] = {{"role", "assistant"}, {"content", calls.empty() || !text.empty() ? json(text) : json(nullptr)}};
+    if (!calls.empty()) {
+      json list = json::array();
+      for (const ToolCall& call : calls) list.push_back(tool_call_json(call));
+      choice["message"]["tool_calls"] = std::move(list);
+    }
   } else {
     choice["text"] = text;
   }
@@ -293,13 +331,35 @@ std::string ResponseWriter::chunk(const std::string& text, const std::vector<Tok
 }
 
 namespace {
-// A sequence cancelled by shutdown ends as if it hit its length.
-const char* reason_of(const std::string& r) { return r == "stop" ? "stop" : "length"; }
+// A sequence cancelled by shutdown ends as if it hit its length; a reply that
+// ended with calls ends with "tool_calls".
+const char* finish_reason_of(const std::string& r, bool called) {
+  if (r != "stop") return "length";
+  return called ? "tool_calls" : "stop";
+}
 }  // namespace
+
+std::string ResponseWriter::stream_tool_text(const std::string& text, const std::vector<TokenLogprob>& logprobs,
+                                             bool final) {
+  ToolCallParser::Output o = tool_parser_->push(text);
+  if (final) {
+    ToolCallParser::Output rest = tool_parser_->finish();
+    o.text += rest.text;
+    for (ToolCall& c : rest.calls) o.calls.push_back(std::move(c));
+  }
+  std::string out;
+  if (!o.text.empty() || !logprobs.empty() || !sent_role_) out += sse(chunk(o.text, logprobs, false, nullptr));
+  sent_role_ = true;
+  if (!o.calls.empty()) {
+    out += sse(chunk("", {}, false, nullptr, o.calls));
+    calls_sent_ += o.calls.size();
+  }
+  return out;
+}
 
 std::string ResponseWriter::stream(const Event& event) {
   std::string out;
-  auto record = [&](const std::string& data) { out += "data: " + data + "\n\n"; };
+  auto record = [&](const std::string& data) { out += sse(data); };
   switch (event.kind) {
     case Event::Kind::Prompt:
       prompt_logprobs_ = event.prompt;
@@ -313,19 +373,28 @@ std::string ResponseWriter::stream(const Event& event) {
         record(chunk(request_.prompt_text, {}, false, nullptr));
       }
       ++completion_tokens_;
-      record(chunk(event.text, request_.logprobs ? std::vector<TokenLogprob>{event.token} : std::vector<TokenLogprob>{},
-                   false, nullptr));
+      {
+        const std::vector<TokenLogprob> lps =
+            request_.logprobs ? std::vector<TokenLogprob>{event.token} : std::vector<TokenLogprob>{};
+        if (tool_parser_)
+          out += stream_tool_text(event.text, lps, false);
+        else
+          record(chunk(event.text, lps, false, nullptr));
+      }
       sent_role_ = true;
       text_ += event.text;
       break;
     case Event::Kind::Done:
-      if (!event.text.empty()) {
+      if (tool_parser_) {
+        out += stream_tool_text(event.text, {}, true);
+        text_ += event.text;
+      } else if (!event.text.empty()) {
         record(chunk(event.text, {}, false, nullptr));
         text_ += event.text;
         sent_role_ = true;
       }
       done_ = true;
-      record(chunk("", {}, false, reason_of(event.finish_reason)));
+      record(chunk("", {}, false, finish_reason_of(event.finish_reason, calls_sent_ > 0)));
       out += "data: [DONE]\n\n";
       break;
   }
@@ -342,7 +411,7 @@ void ResponseWriter::add(const Event& event) {
       break;
     case Event::Kind::Done:
       text_ += event.text;
-      finish_reason_ = reason_of(event.finish_reason);
+      finish_reason_ = event.finish_reason;
       done_ = true;
       break;
   }
@@ -353,8 +422,12 @@ std::string ResponseWriter::body() const {
   // chunk() computes offsets from text_; a whole response starts at the prompt.
   ResponseWriter copy = *this;
   copy.text_.clear();
+  if (request_.tools.parses_output()) {
+    ToolCallParser::Output reply = parse_tool_calls(text_, request_.tools);
+    return copy.chunk(reply.text, logprobs_, false, finish_reason_of(finish_reason_, !reply.calls.empty()), reply.calls);
+  }
   const std::string text = echo ? request_.prompt_text + text_ : text_;
-  return copy.chunk(text, logprobs_, echo && request_.generation.prompt_logprobs, finish_reason_.c_str());
+  return copy.chunk(text, logprobs_, echo && request_.generation.prompt_logprobs, finish_reason_of(finish_reason_, false));
 }
 
 }  // namespace lumen::server

@@ -5,12 +5,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "lumen/server/scheduler.h"
+#include "lumen/server/tools.h"
 #include "lumen/text/chat_template.h"
 #include "lumen/text/tokenizer.h"
 
@@ -35,6 +37,7 @@ struct ApiRequest {
   bool echo = false;           // completions: the prompt precedes the text
   bool logprobs = false;       // report log-probabilities (k = generation.top_logprobs)
   std::string prompt_text;     // what the prompt says (echo, text offsets)
+  ToolRequest tools;           // chat: tools, tool_choice, parallel_tool_calls
 };
 
 // Parses and checks a request body; throws ApiError (status 400).
@@ -43,9 +46,11 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const Tokeniz
 
 // The one place messages become prompt text: the model's chat template (as
 // lumen-run --chat), given the request's whole message array (tool calls and
-// all) beside the role/content pairs.
+// all) beside the role/content pairs, and the request's tools (an array; null
+// when none) as the template's `tools`.
 std::string chat_prompt_text(const chat::ChatTemplate& chat_template, const std::vector<chat::Message>& messages,
-                             const nlohmann::ordered_json& raw_messages);
+                             const nlohmann::ordered_json& raw_messages,
+                             const nlohmann::ordered_json& tools = nullptr);
 
 // Collects one request's events into its response (whole or streamed).
 class ResponseWriter {
@@ -62,7 +67,9 @@ class ResponseWriter {
 
  private:
   std::string chunk(const std::string& text, const std::vector<TokenLogprob>& logprobs, bool with_prompt,
-                    const char* finish_reason) const;
+                    const char* finish_reason, const std::vector<ToolCall>& calls = {}) const;
+  // Streaming with tools: the records of the reply's text so far and of the calls that closed.
+  std::string stream_tool_text(const std::string& text, const std::vector<TokenLogprob>& logprobs, bool final);
   const ApiRequest& request_;
   const Tokenizer& tokenizer_;
   std::string model_, id_;
@@ -72,6 +79,8 @@ class ResponseWriter {
   int64_t completion_tokens_ = 0;
   std::string finish_reason_;
   bool done_ = false, sent_role_ = false;
+  std::optional<ToolCallParser> tool_parser_;  // streaming, when the reply is parsed for calls
+  size_t calls_sent_ = 0;
 };
 
 }  // namespace lumen::server

@@ -1,0 +1,344 @@
+// Tool calls: the request fields (every error names its field), the syntax
+// picked from real templates, the reply parsed per template family (well
+// formed and malformed), and streaming = whole for every split of the text.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "lumen/gguf/gguf.h"
+#include "lumen/server/api.h"
+#include "lumen/server/tools.h"
+#include "lumen/text/chat_template.h"
+#include "lumen/text/tokenizer.h"
+#include "support/test_files.h"
+
+namespace lumen::server {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+const ojson kWeather = {{"type", "function"},
+                        {"function",
+                         {{"name", "get_weather"},
+                          {"description", "Weather of a city"},
+                          {"parameters",
+                           {{"type", "object"},
+                            {"properties", {{"city", {{"type", "string"}}}, {"unit", {{"enum", {"c", "f"}}}}}},
+                            {"required", {"city"}}}}}}};
+const ojson kAdd = {{"type", "function"},
+                    {"function",
+                     {{"name", "add"},
+                      {"parameters",
+                       {{"type", "object"},
+                        {"properties", {{"a", {{"type", "integer"}}}, {"b", {{"type", "integer"}}}}},
+                        {"required", {"a", "b"}}}}}}};
+
+ToolRequest tools_for(ToolSyntax syntax, ojson extra = ojson::object()) {
+  extra["tools"] = {kWeather, kAdd};
+  return parse_tool_fields(extra, syntax);
+}
+
+std::string error_of(const ojson& body) {
+  try {
+    parse_tool_fields(body, ToolSyntax::Hermes);
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+TEST(ToolFields, DefaultsAndChoices) {
+  ToolRequest none = parse_tool_fields(ojson::object(), ToolSyntax::Hermes);
+  EXPECT_FALSE(none.parses_output());
+  EXPECT_FALSE(none.forces_call());
+
+  ToolRequest r = tools_for(ToolSyntax::Hermes);
+  EXPECT_EQ(r.choice, ToolChoice::Auto);
+  EXPECT_TRUE(r.parses_output());
+  EXPECT_FALSE(r.forces_call());
+  EXPECT_TRUE(r.parallel);
+  ASSERT_EQ(r.functions.size(), 2u);
+  EXPECT_EQ(r.functions[1].name, "add");
+  EXPECT_EQ(r.tools.size(), 2u);
+
+  EXPECT_EQ(tools_for(ToolSyntax::Hermes, {{"tool_choice", "none"}}).choice, ToolChoice::None);
+  EXPECT_FALSE(tools_for(ToolSyntax::Hermes, {{"tool_choice", "none"}}).parses_output());
+  EXPECT_TRUE(tools_for(ToolSyntax::Hermes, {{"tool_choice", "required"}}).forces_call());
+  ToolRequest named =
+      tools_for(ToolSyntax::Hermes, {{"tool_choice", {{"type", "function"}, {"function", {{"name", "add"}}}}},
+                                     {"parallel_tool_calls", false}});
+  EXPECT_EQ(named.choice, ToolChoice::Named);
+  EXPECT_EQ(named.named, "add");
+  EXPECT_FALSE(named.parallel);
+  // A tool without parameters takes an empty object.
+  ToolRequest bare = parse_tool_fields({{"tools", {{{"type", "function"}, {"function", {{"name", "now"}}}}}}},
+                                       ToolSyntax::Json);
+  EXPECT_EQ(bare.functions[0].parameters, (ojson{{"type", "object"}}));
+}
+
+TEST(ToolFields, EveryErrorNamesItsField) {
+  auto with_tool = [](ojson function) {
+    return ojson{{"tools", {kWeather, {{"type", "function"}, {"function", std::move(function)}}}}};
+  };
+  const std::vector<std::pair<ojson, std::string>> cases = {
+      {{{"tools", "x"}}, "'tools'"},
+      {{{"tools", {1}}}, "'tools[0]'"},
+      {{{"tools", {{{"type", "code"}, {"function", kAdd["function"]}}}}}, "'tools[0].type'"},
+      {{{"tools", {{{"type", "function"}}}}}, "'tools[0].function'"},
+      {with_tool({{"description", "no name"}}), "'tools[1].function.name'"},
+      {with_tool({{"name", "has space"}}), "'tools[1].function.name'"},
+      {with_tool({{"name", std::string(65, 'a')}}), "'tools[1].function.name'"},
+      {with_tool({{"name", "get_weather"}}), "declared twice"},
+      {with_tool({{"name", "f"}, {"description", 3}}), "'tools[1].function.description'"},
+      {with_tool({{"name", "f"}, {"strict", "yes"}}), "'tools[1].function.strict'"},
+      {with_tool({{"name", "f"}, {"parameters", "none"}}), "'tools[1].function.parameters'"},
+      {with_tool({{"name", "f"}, {"parameters", {{"type", "string"}}}}), "'tools[1].function.parameters'"},
+      {{{"tools", {kWeather}}, {"tool_choice", "always"}}, "'tool_choice'"},
+      {{{"tools", {kWeather}}, {"tool_choice", 1}}, "'tool_choice'"},
+      {{{"tools", {kWeather}}, {"tool_choice", {{"type", "function"}}}}, "'tool_choice'"},
+      {{{"tools", {kWeather}}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "nope"}}}}}},
+       "'tool_choice.function.name'"},
+      {{{"tool_choice", "required"}}, "'tool_choice'"},
+      {{{"tools", {kWeather}}, {"parallel_tool_calls", "yes"}}, "'parallel_tool_calls'"},
+  };
+  for (const auto& [body, field] : cases) {
+    const std::string message = error_of(body);
+    EXPECT_NE(message.find(field), std::string::npos) << body.dump() << " -> " << message;
+  }
+  ojson many = {{"tools", ojson::array()}};
+  for (int i = 0; i < 129; ++i) {
+    std::string name = "f";
+    name += std::to_string(i);
+    many["tools"].push_back({{"type", "function"}, {"function", {{"name", name}}}});
+  }
+  EXPECT_NE(error_of(many).find("at most 128"), std::string::npos);
+}
+
+TEST(ToolFields, HistoryCallsGiveTheTemplateObjectArguments) {
+  const ojson calls = {{{"id", "call_1"},
+                        {"type", "function"},
+                        {"function", {{"name", "add"}, {"arguments", "{\"b\": 2, \"a\": 1}"}}}}};
+  const ojson out = template_tool_calls(calls, "messages[1].tool_calls");
+  EXPECT_EQ(out[0]["function"]["arguments"].dump(), R"({"b":2,"a":1})");  // parsed, key order kept
+  EXPECT_EQ(out[0]["id"], "call_1");
+  auto error = [](const ojson& c) -> std::string {
+    try {
+      template_tool_calls(c, "messages[1].tool_calls");
+    } catch (const ApiError& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  EXPECT_NE(error(ojson("x")).find("'messages[1].tool_calls'"), std::string::npos);
+  EXPECT_NE(error(ojson{{{"function", {{"arguments", "{}"}}}}}).find("'messages[1].tool_calls[0].function.name'"),
+            std::string::npos);
+  EXPECT_NE(error(ojson{{{"function", {{"name", "add"}, {"arguments", "{oops"}}}}})
+                .find("'messages[1].tool_calls[0].function.arguments'"),
+            std::string::npos);
+}
+
+// The syntax comes from the template's text: the families of docs/server.md.
+TEST(ToolSyntaxOf, RealTemplates) {
+  const std::string dir = LUMEN_SOURCE_DIR "/tests/data/chat-templates/templates/";
+  const std::vector<std::pair<std::string, ToolSyntax>> cases = {
+      {"Qwen-Qwen2.5-7B-Instruct", ToolSyntax::Hermes},
+      {"Qwen-Qwen3-0.6B", ToolSyntax::Hermes},
+      {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use", ToolSyntax::Hermes},
+      {"meta-llama-Llama-3.1-8B-Instruct", ToolSyntax::Llama3},
+      {"meta-llama-Llama-3.2-3B-Instruct", ToolSyntax::Llama3},
+      {"meta-llama-Llama-3.3-70B-Instruct", ToolSyntax::Llama3},
+      {"mistralai-Mistral-Nemo-Instruct-2407", ToolSyntax::Mistral},
+      {"Mistral-Small-3.2-24B-Instruct-2506", ToolSyntax::Mistral},
+      {"google-gemma-2-2b-it", ToolSyntax::Json},
+      {"llama-cpp-test-Phi-3-mini", ToolSyntax::Json},
+  };
+  for (const auto& [name, syntax] : cases)
+    EXPECT_EQ(tool_syntax_of(test_support::read_existing_file(dir + name + ".jinja")), syntax) << name;
+}
+
+struct Reply {
+  std::string text;
+  std::vector<std::pair<std::string, std::string>> calls;  // name, arguments
+};
+
+Reply whole(std::string_view text, const ToolRequest& r) {
+  ToolCallParser::Output o = parse_tool_calls(text, r);
+  Reply reply{o.text, {}};
+  for (const ToolCall& c : o.calls) reply.calls.emplace_back(c.name, c.arguments);
+  return reply;
+}
+
+// Cut into pieces of `size` bytes, as a stream delivers it.
+Reply streamed(std::string_view text, const ToolRequest& r, size_t size) {
+  ToolCallParser parser(r);
+  Reply reply;
+  auto take = [&](ToolCallParser::Output o) {
+    reply.text += o.text;
+    for (const ToolCall& c : o.calls) reply.calls.emplace_back(c.name, c.arguments);
+  };
+  for (size_t at = 0; at < text.size(); at += size) take(parser.push(text.substr(at, size)));
+  take(parser.finish());
+  return reply;
+}
+
+struct Case {
+  std::string text;
+  std::string content;                                     // the text outside the calls
+  std::vector<std::pair<std::string, std::string>> calls;  // name, arguments
+};
+
+void expect_cases(ToolSyntax syntax, const std::vector<Case>& cases) {
+  const ToolRequest r = tools_for(syntax);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.text);
+    const Reply w = whole(c.text, r);
+    EXPECT_EQ(w.text, c.content);
+    EXPECT_EQ(w.calls, c.calls);
+    for (size_t size : {1, 2, 3, 7}) {
+      const Reply s = streamed(c.text, r, size);
+      EXPECT_EQ(s.text, w.text) << "pieces of " << size;
+      EXPECT_EQ(s.calls, w.calls) << "pieces of " << size;
+    }
+  }
+}
+
+using Calls = std::vector<std::pair<std::string, std::string>>;
+
+TEST(ToolCallParser, Hermes) {
+  expect_cases(
+      ToolSyntax::Hermes,
+      {
+          {"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Seoul\"}}\n</tool_call>", "",
+           Calls{{"get_weather", R"({"city":"Seoul"})"}}},
+          {"Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Seoul\"}}\n</tool_call>\n"
+           "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>",
+           "Let me look.\n", Calls{{"get_weather", R"({"city":"Seoul"})"}, {"add", R"({"a":1,"b":2})"}}},
+          // Arguments given as a JSON string are parsed.
+          {"<tool_call>{\"name\": \"add\", \"arguments\": \"{\\\"a\\\": 1, \\\"b\\\": 2}\"}</tool_call>", "",
+           Calls{{"add", R"({"a":1,"b":2})"}}},
+          // Malformed: plain text stays; an unknown function, bad JSON or arguments
+          // that are no object stay text, marker and all; an unclosed call is text.
+          {"No tools needed < here.", "No tools needed < here.", {}},
+          {"<tool_call>{\"name\": \"launch\", \"arguments\": {}}</tool_call>",
+           "<tool_call>{\"name\": \"launch\", \"arguments\": {}}</tool_call>", {}},
+          {"<tool_call>{\"name\": \"add\", \"arguments\": {\"a\": 1,</tool_call> ok",
+           "<tool_call>{\"name\": \"add\", \"arguments\": {\"a\": 1,</tool_call> ok", {}},
+          {"<tool_call>{\"name\": \"add\", \"arguments\": [1, 2]}</tool_call>",
+           "<tool_call>{\"name\": \"add\", \"arguments\": [1, 2]}</tool_call>", {}},
+          {"<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1", "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1", {}},
+          {"text <tool_ca", "text <tool_ca", {}},
+          // A good call after a bad one still counts.
+          {"<tool_call>{}</tool_call><tool_call>{\"name\": \"add\", \"arguments\": {}}</tool_call>", "<tool_call>{}</tool_call>",
+           Calls{{"add", "{}"}}},
+      });
+}
+
+TEST(ToolCallParser, Llama3) {
+  expect_cases(ToolSyntax::Llama3,
+               {
+                   {"{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", "",
+                    Calls{{"get_weather", R"({"city":"Paris"})"}}},
+                   {"  \n{\"name\": \"add\", \"parameters\": {\"a\": 1, \"b\": 2}}\n", "", Calls{{"add", R"({"a":1,"b":2})"}}},
+                   {"<|python_tag|>{\"name\": \"add\", \"parameters\": {\"a\": 1, \"b\": 2}}", "",
+                    Calls{{"add", R"({"a":1,"b":2})"}}},
+                   // Llama 3.1's built-in form.
+                   {"<|python_tag|>get_weather.call(city=\"New York\", unit=\"f\")", "",
+                    Calls{{"get_weather", R"({"city":"New York","unit":"f"})"}}},
+                   // Not calls: JSON that is no call, a call inside text, an unknown function.
+                   {"{\"answer\": 42}", "{\"answer\": 42}", {}},
+                   {"Sure: {\"name\": \"add\", \"parameters\": {}}", "Sure: {\"name\": \"add\", \"parameters\": {}}", {}},
+                   {"<|python_tag|>rm.call(path=\"/\")", "<|python_tag|>rm.call(path=\"/\")", {}},
+                   {"<|python_tag|>print(1)", "<|python_tag|>print(1)", {}},
+                   {"{\"name\": \"add\", \"parameters\": {\"a\": ", "{\"name\": \"add\", \"parameters\": {\"a\": ", {}},
+               });
+}
+
+TEST(ToolCallParser, Mistral) {
+  expect_cases(ToolSyntax::Mistral,
+               {
+                   {"[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}, "
+                    "{\"name\": \"add\", \"arguments\": {\"a\": 3, \"b\": 4}}]",
+                    "", Calls{{"get_weather", R"({"city":"Oslo"})"}, {"add", R"({"a":3,"b":4})"}}},
+                   {" [TOOL_CALLS] [{\"name\": \"add\", \"arguments\": {\"a\": 3, \"b\": 4}, \"id\": \"abcdefghi\"}]", "",
+                    Calls{{"add", R"({"a":3,"b":4})"}}},
+                   // Mistral Small 3.2: NAME[ARGS]{...}
+                   {"[TOOL_CALLS]add[ARGS]{\"a\": 5, \"b\": 6}", "", Calls{{"add", R"({"a":5,"b":6})"}}},
+                   // Malformed: one bad element makes the whole list text.
+                   {"[TOOL_CALLS][{\"name\": \"add\", \"arguments\": {}}, {\"name\": \"nope\"}]",
+                    "[TOOL_CALLS][{\"name\": \"add\", \"arguments\": {}}, {\"name\": \"nope\"}]", {}},
+                   {"[TOOL_CALLS] hello", "[TOOL_CALLS] hello", {}},
+                   {"[TOOL_CALLS][{\"name\": \"add\"", "[TOOL_CALLS][{\"name\": \"add\"", {}},
+                   {"Just text [TOOL", "Just text [TOOL", {}},
+               });
+}
+
+TEST(ToolCallParser, PlainJsonFallback) {
+  expect_cases(ToolSyntax::Json,
+               {
+                   {"{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}", "", Calls{{"add", R"({"a":1,"b":2})"}}},
+                   {"[{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}, {\"name\": \"get_weather\", "
+                    "\"arguments\": {\"city\": \"Rome\"}}]",
+                    "", Calls{{"add", R"({"a":1,"b":2})"}, {"get_weather", R"({"city":"Rome"})"}}},
+                   {"{\"name\": \"add\", \"arguments\": {}} and more", " and more", Calls{{"add", "{}"}}},
+                   {"[1, 2, 3]", "[1, 2, 3]", {}},
+                   {"[]", "[]", {}},
+                   {"Hello {\"name\": \"add\"}", "Hello {\"name\": \"add\"}", {}},
+                   {"   ", "   ", {}},
+                   {"{\"name\": \"add\", \"arguments\": {\"a\": \"}\"", "{\"name\": \"add\", \"arguments\": {\"a\": \"}\"", {}},
+               });
+}
+
+TEST(ToolCallParser, IdsAreUniqueAndShapedForTheFamily) {
+  const ToolRequest hermes = tools_for(ToolSyntax::Hermes);
+  const std::string two = "<tool_call>{\"name\": \"add\", \"arguments\": {}}</tool_call>"
+                          "<tool_call>{\"name\": \"add\", \"arguments\": {}}</tool_call>";
+  ToolCallParser::Output a = parse_tool_calls(two, hermes), b = parse_tool_calls(two, hermes);
+  ASSERT_EQ(a.calls.size(), 2u);
+  for (const ToolCall& c : a.calls) {
+    EXPECT_EQ(c.id.rfind("call_", 0), 0u) << c.id;
+    EXPECT_EQ(c.id.size(), 29u);
+  }
+  EXPECT_NE(a.calls[0].id, a.calls[1].id);
+  EXPECT_NE(a.calls[0].id, b.calls[0].id);
+  // Mistral's templates refuse ids other than 9 alphanumerics.
+  ToolCallParser::Output m = parse_tool_calls("[TOOL_CALLS][{\"name\": \"add\", \"arguments\": {}}]",
+                                              tools_for(ToolSyntax::Mistral));
+  ASSERT_EQ(m.calls.size(), 1u);
+  EXPECT_EQ(m.calls[0].id.size(), 9u);
+}
+
+// A conversation with tools, a call and its result, sent as OpenAI clients
+// send it (arguments as a JSON string, role "tool"), renders byte for byte as
+// jinja2 renders it with the arguments as an object (tests/data/chat-templates).
+TEST(ToolRendering, HistoryWithCallsRendersAsJinja2) {
+  const std::string data = LUMEN_SOURCE_DIR "/tests/data/chat-templates/";
+  ojson conversation = ojson::parse(test_support::read_existing_file(data + "conversations/06-tools-call-and-result.json"));
+  for (ojson& m : conversation["messages"])
+    if (m.contains("tool_calls"))
+      for (ojson& call : m["tool_calls"]) call["function"]["arguments"] = call["function"]["arguments"].dump();
+  const gguf::File file = gguf::File::open(test_support::tiny_gguf());
+  const Tokenizer tokenizer = Tokenizer::from_gguf(file);
+  const std::vector<std::tuple<std::string, std::string, std::string>> templates = {
+      {"Qwen-Qwen2.5-7B-Instruct", "<|endoftext|>", "<|im_end|>"},
+      {"meta-llama-Llama-3.1-8B-Instruct", "<|begin_of_text|>", "<|eot_id|>"},
+      {"mistralai-Mistral-Nemo-Instruct-2407", "<s>", "</s>"},
+  };
+  for (const auto& [name, bos, eos] : templates) {
+    SCOPED_TRACE(name);
+    chat::ChatTemplate tmpl(test_support::read_existing_file(data + "templates/" + name + ".jinja"));
+    tmpl.set_special_tokens(bos, eos);
+    const ApiRequest r = parse_request(Endpoint::Chat, conversation.dump(), tokenizer, tmpl, 4096);
+    EXPECT_EQ(r.prompt_text,
+              test_support::read_existing_file(data + "expected/" + name + ".06-tools-call-and-result.txt"));
+    EXPECT_EQ(r.tools.syntax, tool_syntax_of(tmpl.source()));
+    EXPECT_EQ(r.tools.choice, ToolChoice::Auto);
+  }
+}
+
+}  // namespace
+}  // namespace lumen::server
