@@ -357,7 +357,8 @@ class PatternTranslator {
         if (from > hi) break;
         uint32_t to = from;
         while (to < hi && !needs_escape(to + 1)) ++to;
-        body += class_char(from) + (to > from ? "-" + class_char(to) : "");
+        body += class_char(from);
+        if (to > from) body += '-', body += class_char(to);
         from = to + 1;
       }
     }
@@ -424,7 +425,11 @@ std::string nonneg_range(uint64_t lo, std::optional<uint64_t> hi) {
   const size_t max_len = hi ? std::to_string(*hi).size() : kMaxDigits;
   std::vector<std::string> alts;
   for (size_t len = a.size(); len <= max_len; ++len) {
-    const std::string from = len == a.size() ? a : "1" + std::string(len - 1, '0');
+    std::string from = a;
+    if (len > a.size()) {
+      from.assign(len, '0');
+      from[0] = '1';
+    }
     if (!hi && len > a.size()) {  // every longer length at once
       alts.push_back("[1-9] " + repeat("[0-9]", static_cast<int64_t>(len - 1), static_cast<int64_t>(max_len - 1)));
       break;
@@ -465,8 +470,10 @@ class Converter {
   std::string run() {
     const std::string root_name = prefix_ + "root";
     names_.insert(root_name);
-    const std::string body = visit(root_, "", 0);
-    std::string out = root_name + " ::= " + body + "\n";
+    std::string body = visit(root_, "", 0);
+    define(root_name, std::move(body));
+    std::rotate(rules_.begin(), rules_.end() - 1, rules_.end());  // the start rule first
+    std::string out;
     for (const auto& [name, rule] : rules_) out += name + " ::= " + rule + "\n";
     return out;
   }
@@ -479,17 +486,15 @@ class Converter {
     for (char c : hint) base += std::isalnum(static_cast<unsigned char>(c)) ? c : '-';
     if (base.empty() || base.size() > 40) base = base.empty() ? "r" : base.substr(0, 40);
     std::string name = prefix_ + base;
-    for (int i = 1; names_.count(name); ++i) name = prefix_ + base + "-" + std::to_string(i);
-    if (names_.size() >= Limits::kMaxRules)
-      throw SchemaError("the schema needs more than " + std::to_string(Limits::kMaxRules) + " grammar rules");
+    for (int& n = suffixes_[base]; names_.count(name); ) name = prefix_ + base + "-" + std::to_string(++n);
     names_.insert(name);
     return name;
   }
 
   void define(const std::string& name, std::string body) {
     bytes_ += name.size() + body.size() + 6;
-    if (bytes_ > Limits::kMaxGrammarBytes)
-      throw SchemaError("the schema's grammar exceeds " + std::to_string(Limits::kMaxGrammarBytes) + " bytes");
+    if (bytes_ > kMaxGrammarBytes)
+      throw SchemaError("the schema's grammar exceeds " + std::to_string(kMaxGrammarBytes) + " bytes");
     rules_.emplace_back(name, std::move(body));
   }
 
@@ -1139,6 +1144,7 @@ class Converter {
   std::vector<std::pair<std::string, std::string>> rules_;
   std::set<std::string> names_;
   std::map<std::string, std::string> primitives_, refs_, formats_;
+  std::map<std::string, int> suffixes_;  // the last number given to a name hint
   size_t bytes_ = 0;
 };
 

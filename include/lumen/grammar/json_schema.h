@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "lumen/grammar/grammar.h"
+
 namespace lumen::grammar {
 
 // One line naming the keyword and its JSON pointer, e.g.
@@ -21,11 +23,11 @@ struct SchemaError : std::runtime_error {
 };
 
 // The converter's limits; beyond them a SchemaError, never unbounded work.
+// The grammar's text stays within the engine's kMaxGrammarBytes (grammar.h).
 struct JsonSchemaLimits {
-  static constexpr int kMaxDepth = 64;                       // nested schemas (and $ref hops) on one path
-  static constexpr size_t kMaxRules = 8192;                  // rules in the grammar
-  static constexpr size_t kMaxGrammarBytes = size_t{1} << 20;  // the grammar's text
-  static constexpr int kMaxRepeat = 1000;                    // minLength/minItems/{m,n} counts spelled out
+  static constexpr int kMaxDepth = 64;     // nested schemas (and $ref hops, regex groups) on one path
+  static constexpr int kMaxRepeat = 1000;  // lower bounds of repetitions (minLength, minItems, {m,n});
+                                           // upper bounds above it are lowered to it
 };
 
 // The grammar for `schema`, its start rule `<prefix>root`; every rule name
