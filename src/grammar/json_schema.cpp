@@ -1049,11 +1049,14 @@ class Converter {
         required.insert(r.get<std::string>());
       }
     }
-    // Additional properties only where the schema says so (absent: none, as llama.cpp).
+    // Other members where the schema says so; absent: none beside declared
+    // properties, any without them (as llama.cpp).
     const json* extra = s.contains("additionalProperties") ? &s["additionalProperties"] : nullptr;
     std::optional<std::string> extra_value;
     if (extra && !(extra->is_boolean() && !extra->get<bool>()))
       extra_value = visit(*extra, at + "/additionalProperties", depth + 1);
+    else if (!extra && !s.contains("properties"))
+      extra_value = primitive("value");
 
     struct Member { std::string kv; bool required; };
     std::vector<Member> members;

@@ -61,6 +61,8 @@ const std::vector<Case> kCases = {
      {"{}", R"({"a":1,"b":true})", R"({"b":true,"ab":false})", R"({"":true})"},
      {R"({"a":true})", R"({"b":1})", R"({"b":true,"a":1})"}},
     {R"({"type":"object","additionalProperties":true,"required":["id"]})", {R"({"id":[1],"x":null})"}, {"{}"}},
+    {R"({"type":"object"})", {"{}", R"({"a":1,"b":{"c":[]}})"}, {"[]", R"({"a"})"}},
+    {R"({"type":"object","required":["id"]})", {R"({"id":"x","more":1})"}, {"{}", R"({"more":1})"}},
     {R"({"properties":{"a":{"const":1}}})", {"{}", R"({"a":1})"}, {R"({"a":2})"}},
     {R"({"enum":["red","green",1,null]})", {R"("red")", "1", "null"}, {R"("blue")", "2"}},
     {R"({"type":"string","enum":["red",1]})", {R"("red")"}, {"1"}},
