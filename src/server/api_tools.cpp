@@ -6,6 +6,7 @@
 #include <optional>
 #include <random>
 
+#include "lumen/grammar/json_schema.h"
 #include "lumen/server/api.h"
 
 namespace lumen::server {
@@ -370,6 +371,11 @@ ToolRequest parse_tool_fields(const ojson& body, ToolSyntax syntax) {
         const ojson* ptype = member(*parameters, "type");
         if (ptype != nullptr && *ptype != "object") bad(where + " must describe an object (\"type\": \"object\")");
         f.parameters = *parameters;
+      }
+      try {
+        f.arguments_gbnf = grammar::json_schema_to_gbnf(f.parameters, arguments_prefix(i));
+      } catch (const grammar::SchemaError& e) {
+        bad("'" + at + ".function.parameters': " + e.what(), "invalid_schema");
       }
       r.functions.push_back(std::move(f));
     }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lumen/gguf/gguf.h"
+#include "lumen/grammar/grammar.h"
 #include "lumen/server/api.h"
 #include "lumen/server/tools.h"
 #include "lumen/text/chat_template.h"
@@ -98,6 +99,11 @@ TEST(ToolFields, EveryErrorNamesItsField) {
       {with_tool({{"name", "f"}, {"strict", "yes"}}), "'tools[1].function.strict'"},
       {with_tool({{"name", "f"}, {"parameters", "none"}}), "'tools[1].function.parameters'"},
       {with_tool({{"name", "f"}, {"parameters", {{"type", "string"}}}}), "'tools[1].function.parameters'"},
+      // Parameters the JSON Schema converter refuses: the 400 carries its reason.
+      {with_tool({{"name", "f"}, {"parameters", {{"type", "object"}, {"patternProperties", {{"^a", ojson::object()}}}}}}),
+       "'tools[1].function.parameters': unsupported keyword 'patternProperties'"},
+      {with_tool({{"name", "f"}, {"parameters", {{"properties", {{"x", {{"$ref", "#/$defs/none"}}}}}}}}),
+       "'tools[1].function.parameters'"},
       {{{"tools", {kWeather}}, {"tool_choice", "always"}}, "'tool_choice'"},
       {{{"tools", {kWeather}}, {"tool_choice", 1}}, "'tool_choice'"},
       {{{"tools", {kWeather}}, {"tool_choice", {{"type", "function"}}}}, "'tool_choice'"},
@@ -310,6 +316,63 @@ TEST(ToolCallParser, IdsAreUniqueAndShapedForTheFamily) {
                                               tools_for(ToolSyntax::Mistral));
   ASSERT_EQ(m.calls.size(), 1u);
   EXPECT_EQ(m.calls[0].id.size(), 9u);
+}
+
+// The grammar of `required` / a named function admits the family's call
+// syntax with declared names and schema-valid arguments, nothing else; and
+// what it admits the parser reads back as the same calls.
+TEST(ForcedCall, GrammarAdmitsOnlyWellFormedCallsTheParserReads) {
+  const gguf::File file = gguf::File::open(test_support::tiny_gguf());
+  const Tokenizer tokenizer = Tokenizer::from_gguf(file);
+  const std::shared_ptr<const grammar::TokenTrie> trie = grammar::TokenTrie::build(tokenizer);
+  const std::string add = R"({"name": "add", "arguments": {"a": 1, "b": 2}})";
+  const std::string weather = R"({"name": "get_weather", "arguments": {"city": "Oslo"}})";
+  const std::string hermes_add = "<tool_call>\n" + add + "\n</tool_call>";
+  const std::string hermes_weather = "<tool_call>\n" + weather + "\n</tool_call>";
+  const ojson named_add = {{"tool_choice", {{"type", "function"}, {"function", {{"name", "add"}}}}}};
+  struct Case {
+    ToolSyntax syntax;
+    ojson fields;
+    std::vector<std::string> admitted, refused;
+  };
+  const std::vector<Case> cases = {
+      {ToolSyntax::Hermes,
+       {{"tool_choice", "required"}},
+       {hermes_add, hermes_weather + "\n" + hermes_add},
+       {add, "Sure. " + hermes_add, "<tool_call>\n{\"name\": \"launch\", \"arguments\": {}}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": \"1\", \"b\": 2}}\n</tool_call>"}},
+      {ToolSyntax::Hermes, {{"tool_choice", "required"}, {"parallel_tool_calls", false}}, {hermes_weather},
+       {hermes_weather + "\n" + hermes_add}},
+      {ToolSyntax::Hermes, named_add, {hermes_add, hermes_add + "\n" + hermes_add}, {hermes_weather}},
+      {ToolSyntax::Llama3,
+       {{"tool_choice", "required"}},
+       {R"({"name": "add", "parameters": {"a": 1, "b": 2}})"},
+       {add, R"({"name": "add", "parameters": {"a": 1, "b": 2}}{"name": "add", "parameters": {"a": 1, "b": 2}})"}},
+      {ToolSyntax::Mistral,
+       {{"tool_choice", "required"}},
+       {"[TOOL_CALLS][" + add + "]", "[TOOL_CALLS][" + add + ", " + weather + "]"},
+       {"[" + add + "]", "[TOOL_CALLS]" + add}},
+      {ToolSyntax::Json, {{"tool_choice", "required"}}, {add, "[" + add + ", " + weather + "]"}, {"[]", "Hi " + add}},
+      {ToolSyntax::Json, {{"tool_choice", "required"}, {"parallel_tool_calls", false}}, {weather}, {"[" + add + "]"}},
+  };
+  for (const Case& c : cases) {
+    const ToolRequest r = tools_for(c.syntax, c.fields);
+    SCOPED_TRACE(std::string(tool_syntax_name(c.syntax)) + " " + c.fields.dump());
+    ASSERT_TRUE(r.forces_call());
+    const std::shared_ptr<const grammar::Grammar> g = grammar::Grammar::parse(forced_call_gbnf(r));
+    auto admits = [&](const std::string& text) {
+      grammar::Matcher m(g, trie);
+      return m.accept_bytes(text) && m.accepting();
+    };
+    for (const std::string& text : c.admitted) {
+      EXPECT_TRUE(admits(text)) << text;
+      const ToolCallParser::Output out = parse_tool_calls(text, r);
+      EXPECT_EQ(out.text, "") << text;
+      EXPECT_FALSE(out.calls.empty()) << text;
+    }
+    for (const std::string& text : c.refused) EXPECT_FALSE(admits(text)) << text;
+  }
 }
 
 // A conversation with tools, a call and its result, sent as OpenAI clients
