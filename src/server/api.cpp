@@ -354,6 +354,10 @@ std::string ResponseWriter::stream_tool_text(const std::string& text, const std:
     out += sse(chunk("", {}, false, nullptr, o.calls));
     calls_sent_ += o.calls.size();
   }
+  // A token held back (it may be part of a call) still writes an SSE comment,
+  // which clients skip: a client that went away is noticed at its token, as
+  // in a stream without tools.
+  if (out.empty() && !final) out = ":\n\n";
   return out;
 }
 

@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "lumen/server/scheduler.h"
+
 namespace lumen::server {
 
 // How a template family writes a call (picked from the template's text by
@@ -62,6 +64,11 @@ std::string forced_call_gbnf(const ToolRequest& request);
 // (`where` names the field in errors) and each `function.arguments` string
 // parsed into its object, since templates print the arguments with tojson.
 nlohmann::ordered_json template_tool_calls(const nlohmann::ordered_json& calls, const std::string& where);
+
+// `required` or a named function: the generation's grammar becomes
+// forced_call_gbnf's. Throws ApiError (400) when another constraint
+// (`grammar`, `response_format`, `json_schema`) is already set.
+void constrain_to_call(const ToolRequest& request, GenerationParams& generation);
 
 struct ToolCall {
   std::string id;         // "call_" + 24 alphanumerics; Mistral: 9 alphanumerics (its templates demand them)
