@@ -189,6 +189,7 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view text, const Tokeniz
   }
   g.ignore_eos = boolean(body, "ignore_eos", false);
   parse_constraints(body, g);
+  constrain_to_call(r.tools, g);
   r.stream = boolean(body, "stream", false);
   if (const json* so = field(body, "stream_options")) {
     if (!so->is_object()) bad("'stream_options' must be an object", "invalid_type");

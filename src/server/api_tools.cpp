@@ -6,6 +6,7 @@
 #include <optional>
 #include <random>
 
+#include "lumen/grammar/grammar.h"
 #include "lumen/grammar/json_schema.h"
 #include "lumen/server/api.h"
 
@@ -334,6 +335,18 @@ std::string forced_call_gbnf(const ToolRequest& request) {
       break;
   }
   return root + "\ncall ::= " + calls + "\n" + rules;
+}
+
+void constrain_to_call(const ToolRequest& request, GenerationParams& generation) {
+  if (!request.forces_call()) return;
+  if (generation.grammar)
+    bad("'tool_choice' " + std::string(request.choice == ToolChoice::Named ? "naming a function" : "\"required\"") +
+        " forces a call, which cannot be combined with 'grammar', 'response_format' or 'json_schema'");
+  try {
+    generation.grammar = grammar::Grammar::parse(forced_call_gbnf(request));
+  } catch (const grammar::GrammarError& e) {
+    bad(std::string("'tools': the grammar of their calls is refused: ") + e.what());
+  }
 }
 
 bool ToolRequest::declares(std::string_view name) const {

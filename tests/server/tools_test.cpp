@@ -1,9 +1,16 @@
 // Tool calls: the request fields (every error names its field), the syntax
 // picked from real templates, the reply parsed per template family (well
-// formed and malformed), and streaming = whole for every split of the text.
+// formed and malformed), streaming = whole for every split of the text, the
+// forced-call grammar, and through the HTTP server on the random-weight tiny
+// model: `required` and a named function give well-formed, schema-valid calls.
 #include <gtest/gtest.h>
+#include <httplib.h>
 
+#include <chrono>
+#include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -11,10 +18,15 @@
 
 #include "lumen/gguf/gguf.h"
 #include "lumen/grammar/grammar.h"
+#include "../runtime/runtime_support.h"
+#include "lumen/runtime/session.h"
 #include "lumen/server/api.h"
+#include "lumen/server/http_server.h"
+#include "lumen/server/scheduler.h"
 #include "lumen/server/tools.h"
 #include "lumen/text/chat_template.h"
 #include "lumen/text/tokenizer.h"
+#include "support/json_schema_check.h"
 #include "support/test_files.h"
 
 namespace lumen::server {
@@ -401,6 +413,220 @@ TEST(ToolRendering, HistoryWithCallsRendersAsJinja2) {
     EXPECT_EQ(r.tools.syntax, tool_syntax_of(tmpl.source()));
     EXPECT_EQ(r.tools.choice, ToolChoice::Auto);
   }
+}
+
+// ------------------------------------------------ through the HTTP server
+// The HTTP layer in this process over a running scheduler on the tiny model
+// (random weights) with a chosen chat template: `required` and a named
+// function must give a well-formed call whatever the weights say.
+class ToolServer {
+ public:
+  explicit ToolServer(const std::optional<std::string>& template_file) {
+    runtime::SessionOptions so;
+    so.n_threads = 2;
+    so.n_ctx = 1024;
+    so.n_seq = 4;
+    session_ = std::make_unique<runtime::Session>(model(), test_support::tiny_gguf(), so);
+    tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(session_->gguf()));
+    bool used_chatml = false;
+    chat_template_ = std::make_unique<chat::ChatTemplate>(
+        chat::load_chat_template(session_->gguf(), test_support::tiny_gguf(), template_file, &used_chatml));
+    scheduler_ = std::make_unique<Scheduler>(*session_, *tokenizer_);
+    HttpOptions http_options;
+    http_options.port = 0;
+    http_ = std::make_unique<HttpServer>(http_options);
+    http_->bind();
+    http_->attach(*scheduler_, *tokenizer_, *chat_template_, "tiny", session_->n_ctx());
+    serving_ = std::thread([this] { http_->serve(); });
+    running_ = std::thread([this] { scheduler_->run(); });
+  }
+  ~ToolServer() {
+    scheduler_->stop(std::chrono::milliseconds(0));
+    running_.join();
+    http_->stop();
+    serving_.join();
+  }
+
+  httplib::Result post(const ojson& body) {
+    httplib::Client c("127.0.0.1", http_->port());
+    c.set_read_timeout(120, 0);
+    return c.Post("/v1/chat/completions", body.dump(), "application/json");
+  }
+
+ private:
+  static std::shared_ptr<const runtime::CompiledModel> model() {
+    static const std::shared_ptr<const runtime::CompiledModel> m = runtime::testing::qwen2_model();
+    return m;
+  }
+  std::unique_ptr<runtime::Session> session_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<chat::ChatTemplate> chat_template_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<HttpServer> http_;
+  std::thread serving_, running_;
+};
+
+// Strings bounded so that a random model closes them within max_tokens.
+const ojson kCity = {{"type", "function"},
+                     {"function",
+                      {{"name", "get_weather"},
+                       {"parameters",
+                        {{"type", "object"},
+                         {"properties",
+                          {{"city", {{"type", "string"}, {"maxLength", 12}}}, {"unit", {{"enum", {"celsius", "fahrenheit"}}}}}},
+                         {"required", {"city", "unit"}}}}}}};
+const ojson kSum = {{"type", "function"},
+                    {"function",
+                     {{"name", "add"},
+                      {"parameters",
+                       {{"type", "object"},
+                        {"properties",
+                         {{"a", {{"type", "integer"}, {"minimum", 0}, {"maximum", 99}}},
+                          {"b", {{"type", "integer"}, {"minimum", 0}, {"maximum", 99}}}}},
+                        {"required", {"a", "b"}}}}}}};
+
+const ojson& schema_of(const std::string& name) {
+  return (name == "add" ? kSum : kCity)["function"]["parameters"];
+}
+
+struct Answer {
+  std::string finish_reason;
+  ojson content;  // null or the text
+  std::vector<ojson> calls;  // {id, type, function: {name, arguments}}
+};
+
+// The SSE records of a stream put together as a client SDK does.
+Answer from_stream(const std::string& body) {
+  Answer a;
+  std::string text;
+  size_t at = 0;
+  while ((at = body.find("data: ", at)) != std::string::npos) {
+    const size_t end = body.find("\n\n", at);
+    const std::string data = body.substr(at + 6, end - at - 6);
+    at = end;
+    if (data == "[DONE]") break;
+    const ojson chunk = ojson::parse(data);
+    const ojson& choice = chunk["choices"][0];
+    if (choice["finish_reason"].is_string()) a.finish_reason = choice["finish_reason"];
+    const ojson& delta = choice["delta"];
+    if (delta.contains("content")) text += delta["content"].get<std::string>();
+    if (delta.contains("tool_calls"))
+      for (const ojson& d : delta["tool_calls"]) {
+        EXPECT_EQ(d["index"].get<size_t>(), a.calls.size());
+        ojson call = d;
+        call.erase("index");
+        a.calls.push_back(call);
+      }
+  }
+  a.content = text.empty() ? ojson(nullptr) : ojson(text);
+  return a;
+}
+
+Answer from_whole(const std::string& body) {
+  const ojson j = ojson::parse(body);
+  const ojson& choice = j["choices"][0];
+  Answer a{choice["finish_reason"], choice["message"]["content"], {}};
+  if (choice["message"].contains("tool_calls"))
+    for (const ojson& c : choice["message"]["tool_calls"]) a.calls.push_back(c);
+  return a;
+}
+
+Answer ask(ToolServer& server, ojson body, bool stream) {
+  body["stream"] = stream;
+  auto r = server.post(body);
+  EXPECT_TRUE(r);
+  if (!r) return {};
+  EXPECT_EQ(r->status, 200) << r->body;
+  return stream ? from_stream(r->body) : from_whole(r->body);
+}
+
+// Each call: declared (or the named one), a fresh id, arguments a JSON object valid under its schema.
+void expect_valid_calls(const Answer& a, const std::string& only = "") {
+  EXPECT_EQ(a.finish_reason, "tool_calls");
+  ASSERT_FALSE(a.calls.empty());
+  for (const ojson& c : a.calls) {
+    EXPECT_EQ(c["type"], "function");
+    EXPECT_EQ(c["id"].get<std::string>().rfind("call_", 0), 0u) << c.dump();
+    const std::string name = c["function"]["name"];
+    EXPECT_TRUE(name == "add" || name == "get_weather") << name;
+    if (!only.empty()) {
+      EXPECT_EQ(name, only);
+    }
+    const ojson args = ojson::parse(c["function"]["arguments"].get<std::string>());
+    EXPECT_EQ(lumen::testing::json_schema_violation(args, schema_of(name)), "") << args.dump();
+  }
+}
+
+ojson tool_request(uint64_t seed) {
+  return {{"messages", {{{"role", "user"}, {"content", "What is the weather in Seoul, and 2+3?"}}}},
+          {"tools", {kCity, kSum}},
+          {"tool_choice", "required"},
+          {"seed", seed},
+          {"temperature", 1.0},
+          {"max_tokens", 200}};
+}
+
+// The Qwen2.5 template (Hermes syntax) and the tiny model's own ChatML (plain JSON).
+TEST(ToolCallsHttp, RequiredAndNamedGiveWellFormedCalls) {
+  for (const std::optional<std::string>& tmpl :
+       {std::optional<std::string>(LUMEN_SOURCE_DIR "/tests/data/chat-templates/templates/Qwen-Qwen2.5-7B-Instruct.jinja"),
+        std::optional<std::string>()}) {
+    SCOPED_TRACE(tmpl.value_or("the model's ChatML"));
+    ToolServer server(tmpl);
+    for (uint64_t seed : {1, 2})
+      for (bool stream : {false, true}) {
+        SCOPED_TRACE("seed " + std::to_string(seed) + (stream ? ", streamed" : ""));
+        ojson single = tool_request(seed);
+        single["parallel_tool_calls"] = false;
+        const Answer one = ask(server, single, stream);
+        expect_valid_calls(one);
+        EXPECT_EQ(one.calls.size(), 1u);
+        EXPECT_TRUE(one.content.is_null()) << one.content.dump();
+
+        ojson named = tool_request(seed);
+        named["tool_choice"] = {{"type", "function"}, {"function", {{"name", "add"}}}};
+        expect_valid_calls(ask(server, named, stream), "add");
+
+        expect_valid_calls(ask(server, tool_request(seed), stream));  // parallel: one call or more
+      }
+    // The same seed, streamed or not: the same calls (ids aside).
+    const Answer whole = ask(server, tool_request(7), false), streamed = ask(server, tool_request(7), true);
+    ASSERT_EQ(whole.calls.size(), streamed.calls.size());
+    for (size_t i = 0; i < whole.calls.size(); ++i)
+      EXPECT_EQ(whole.calls[i]["function"], streamed.calls[i]["function"]);
+    // "none": the tools are in the prompt, the reply is text.
+    ojson none = tool_request(1);
+    none["tool_choice"] = "none";
+    none["max_tokens"] = 8;
+    const Answer text = ask(server, none, false);
+    EXPECT_TRUE(text.calls.empty());
+    EXPECT_NE(text.finish_reason, "tool_calls");
+  }
+}
+
+TEST(ToolCallsHttp, BadToolsAre400sNamingTheField) {
+  ToolServer server(std::nullopt);
+  auto expect_400 = [&](const ojson& body, const std::string& field) {
+    auto r = server.post(body);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << r->body;
+    EXPECT_NE(r->body.find(field), std::string::npos) << r->body;
+  };
+  ojson bad_schema = tool_request(1);
+  bad_schema["tools"][1]["function"]["parameters"] = {{"type", "object"}, {"patternProperties", {{"^a", {{"type", "string"}}}}}};
+  expect_400(bad_schema, "tools[1].function.parameters");
+  ojson bad_ref = tool_request(1);
+  bad_ref["tools"][0]["function"]["parameters"] = {{"type", "object"}, {"properties", {{"x", {{"$ref", "#/$defs/none"}}}}}};
+  expect_400(bad_ref, "tools[0].function.parameters");
+  ojson unknown = tool_request(1);
+  unknown["tool_choice"] = {{"type", "function"}, {"function", {{"name", "launch"}}}};
+  expect_400(unknown, "tool_choice.function.name");
+  ojson both = tool_request(1);
+  both["response_format"] = {{"type", "json_object"}};
+  expect_400(both, "tool_choice");
+  ojson bad_history = tool_request(1);
+  bad_history["messages"].push_back({{"role", "tool"}, {"content", "21 C"}});
+  expect_400(bad_history, "messages[1].tool_call_id");
 }
 
 }  // namespace
