@@ -265,6 +265,15 @@ bool Matcher::accept_bytes(std::string_view bytes) {
   return true;
 }
 
+bool Matcher::allows_bytes(std::string_view bytes) {
+  int32_t s = engine_->current;
+  for (char c : bytes) {
+    s = engine_->step(s, static_cast<uint8_t>(c));
+    if (s == kDead) return false;
+  }
+  return true;
+}
+
 bool Matcher::accepting() const { return engine_->accepting(engine_->current); }
 
 bool Matcher::can_continue() const {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lumen/runtime/sampler.h"
+#include "lumen/server/api_constraints.h"
 
 namespace lumen::server {
 
@@ -172,6 +173,7 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view text, const Tokeniz
     }
   }
   g.ignore_eos = boolean(body, "ignore_eos", false);
+  parse_constraints(body, g);
   r.stream = boolean(body, "stream", false);
   if (const json* so = field(body, "stream_options")) {
     if (!so->is_object()) bad("'stream_options' must be an object", "invalid_type");

@@ -133,6 +133,8 @@ void HttpServer::Impl::routes() {
                   static_cast<double>(st.rejected));
     out += metric("lumen_requests_cancelled_total", "counter", "requests whose client went away before the end",
                   static_cast<double>(st.cancelled));
+    out += metric("lumen_requests_constrained_total", "counter", "requests with a grammar (grammar, response_format) given a slot",
+                  static_cast<double>(st.constrained));
     out += metric("lumen_prompt_tokens_total", "counter", "prompt tokens evaluated", static_cast<double>(st.prompt_tokens));
     out += metric("lumen_generated_tokens_total", "counter", "tokens generated", static_cast<double>(st.generated_tokens));
     out += metric("lumen_steps_total", "counter", "forward passes", static_cast<double>(st.steps));

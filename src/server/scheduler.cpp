@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "lumen/common/internal_error.h"
+#include "lumen/server/constrained_streamer.h"
 
 namespace lumen::server {
 
@@ -75,13 +76,24 @@ struct Scheduler::Sequence {
   Sampler sampler;
   TextStreamer streamer;
   std::vector<TokenLogprob> prompt_logprobs;
+  // With a grammar: its state, the masked copy of the logits, and the text
+  // stream whose stop strings count only after a complete match.
+  std::optional<grammar::Matcher> matcher;
+  std::vector<float> masked;
+  std::optional<ConstrainedStreamer> constrained;
 
-  Sequence(std::shared_ptr<Request> r, int s)
+  Sequence(std::shared_ptr<Request> r, int s, const std::shared_ptr<const grammar::TokenTrie>& trie)
       : request(std::move(r)), slot(s), sampler(request->params().sampling), streamer(request->params().stops) {
     // As lumen-run: the prompt is part of the penalties' history.
     for (int32_t t : request->params().prompt) sampler.accept(t);
+    if (params().grammar) {
+      matcher.emplace(params().grammar, trie);
+      constrained.emplace(params().stops, matcher->accepting());
+    }
   }
   const GenerationParams& params() const { return request->params(); }
+  bool stopped() const { return constrained ? constrained->stopped() : streamer.stopped(); }
+  std::string finish_text() { return constrained ? constrained->finish() : streamer.finish(); }
 };
 
 Scheduler::Scheduler(runtime::Session& session, const Tokenizer& tokenizer, SchedulerOptions options)
@@ -133,7 +145,11 @@ void Scheduler::admit_locked() {
   for (size_t slot = 0; slot < slots_.size() && !queue_.empty(); ++slot) {
     if (slots_[slot]) continue;
     session_.clear(static_cast<int>(slot));
-    slots_[slot] = std::make_unique<Sequence>(queue_.front(), static_cast<int>(slot));
+    if (queue_.front()->params().grammar) {
+      if (!token_trie_) token_trie_ = grammar::TokenTrie::build(tokenizer_);
+      ++stats_.constrained;
+    }
+    slots_[slot] = std::make_unique<Sequence>(queue_.front(), static_cast<int>(slot), token_trie_);
     stats_.prompt_tokens += queue_.front()->params().prompt.size();
     queue_.pop_front();
   }
@@ -144,7 +160,7 @@ void Scheduler::finish(Sequence& seq, const std::string& reason, std::string tex
   Event done;
   done.kind = Event::Kind::Done;
   done.text = std::move(text);
-  if (reason != "cancelled" && !seq.streamer.stopped()) done.text += seq.streamer.finish();
+  if (reason != "cancelled" && !seq.stopped()) done.text += seq.finish_text();
   done.finish_reason = reason;
   seq.request->post(std::move(done));
   seq.done = true;
@@ -213,7 +229,29 @@ bool Scheduler::step() {
   int64_t generated = 0;
   auto emit = [&](Sequence& seq, std::span<const float> logits) {
     const GenerationParams& p = seq.params();
-    const int32_t id = seq.sampler.sample(logits);
+    std::span<const float> choices = logits;
+    if (seq.matcher) {
+      // An empty match that cannot grow (a grammar for ""): nothing to generate.
+      if (seq.matcher->accepting() && !seq.matcher->can_continue()) {
+        finish(seq, "stop");
+        return;
+      }
+      seq.masked.assign(logits.begin(), logits.end());
+      size_t allowed = seq.matcher->mask(seq.masked);
+      if (p.ignore_eos)
+        for (int32_t eog : tokenizer_.eog_ids())
+          if (static_cast<size_t>(eog) < seq.masked.size() && seq.masked[static_cast<size_t>(eog)] != -INFINITY) {
+            seq.masked[static_cast<size_t>(eog)] = -INFINITY;
+            --allowed;
+          }
+      // No token continues the match (a vocabulary without some byte): cut short.
+      if (allowed == 0) {
+        finish(seq, "length");
+        return;
+      }
+      choices = seq.masked;
+    }
+    const int32_t id = seq.sampler.sample(choices);
     seq.sampler.accept(id);
     if (tokenizer_.is_eog(id) && !p.ignore_eos) {
       finish(seq, "stop");
@@ -222,11 +260,22 @@ bool Scheduler::step() {
     Event ev;
     ev.kind = Event::Kind::Token;
     ev.token = p.top_logprobs >= 0 ? token_logprob(logits, id, p.top_logprobs) : TokenLogprob{id, std::nullopt, {}};
-    ev.text = seq.streamer.push(tokenizer_.token_text(id));
+    if (seq.matcher) {
+      const std::string bytes = tokenizer_.token_text(id);
+      std::vector<bool> accepting_after;
+      for (char c : bytes) {
+        const bool allowed_byte = seq.matcher->accept_bytes(std::string_view(&c, 1));
+        LUMEN_ASSERT(allowed_byte, "the mask allows only tokens the grammar accepts");
+        accepting_after.push_back(seq.matcher->accepting());
+      }
+      ev.text = seq.constrained->push(bytes, accepting_after);
+    } else {
+      ev.text = seq.streamer.push(tokenizer_.token_text(id));
+    }
     ++seq.generated;
     ++generated;
     seq.request->post(std::move(ev));
-    if (seq.streamer.stopped())
+    if (seq.stopped() || (seq.matcher && seq.matcher->accepting() && !seq.matcher->can_continue()))
       finish(seq, "stop");
     else if (seq.generated >= p.max_tokens || session_.position(seq.slot) >= session_.n_ctx())
       finish(seq, "length");

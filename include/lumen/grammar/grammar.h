@@ -134,6 +134,8 @@ class Matcher {  // one sequence's state
   // EOG token is allowed exactly when accepting() and leaves the state as it is.
   bool accept(int32_t token);
   bool accept_bytes(std::string_view bytes);
+  // Whether accept_bytes(bytes) would succeed; the state does not change.
+  bool allows_bytes(std::string_view bytes);
   bool accepting() const;     // the text so far is a complete match
   bool can_continue() const;  // some non-empty continuation exists
 

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "lumen/grammar/grammar.h"
 #include "lumen/runtime/sampler.h"
 #include "lumen/runtime/session.h"
 #include "lumen/text/tokenizer.h"
@@ -32,6 +33,11 @@ struct GenerationParams {
   bool ignore_eos = false;
   int top_logprobs = -1;         // -1: none; k >= 0: each generated token's log-probability and the k best
   bool prompt_logprobs = false;  // echo: the log-probabilities of the prompt tokens too
+  // The text must match this grammar (none: free text). Each sequence gets its
+  // own Matcher; only tokens that keep the text completable are sampled, an
+  // end-of-generation token only where it is a complete match, and the
+  // sequence stops as soon as the match cannot grow.
+  std::shared_ptr<const grammar::Grammar> grammar;
 };
 
 // A token with its log-probability under the model (log-softmax of the raw
@@ -81,6 +87,7 @@ struct SchedulerOptions {
 struct SchedulerStats {
   uint64_t requests = 0, rejected = 0, prompt_tokens = 0, generated_tokens = 0, steps = 0;
   uint64_t cancelled = 0;  // requests whose client went away (cancel())
+  uint64_t constrained = 0;  // requests with a grammar
   int64_t queued = 0, active = 0;
   int64_t last_batch_rows = 0, last_batch_sequences = 0;
   double tokens_per_second = 0;  // generated, over the last 10 s
@@ -132,6 +139,7 @@ class Scheduler {
   SchedulerStats stats_;
   StepTrace trace_;
   std::deque<std::pair<std::chrono::steady_clock::time_point, int64_t>> recent_;  // generated tokens per step
+  std::shared_ptr<const grammar::TokenTrie> token_trie_;  // built at the first request with a grammar
 };
 
 // log-softmax of logits at `id`, and the k most likely (id, log-probability), best first.
