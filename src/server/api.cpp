@@ -8,6 +8,7 @@
 
 #include "lumen/runtime/sampler.h"
 #include "lumen/server/api_constraints.h"
+#include "lumen/server/api_json_schema.h"
 
 namespace lumen::server {
 
@@ -189,6 +190,10 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view text, const Tokeniz
   }
   g.ignore_eos = boolean(body, "ignore_eos", false);
   parse_constraints(body, g);
+  if (auto schema = json_schema_constraint(text, body)) {
+    if (g.grammar) bad("'json_schema' and 'grammar' cannot both constrain the output");
+    g.grammar = std::move(schema);
+  }
   constrain_to_call(r.tools, g);
   r.stream = boolean(body, "stream", false);
   if (const json* so = field(body, "stream_options")) {

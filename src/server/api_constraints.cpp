@@ -42,8 +42,8 @@ void parse_constraints(const nlohmann::json& body, GenerationParams& generation)
     if (name == "json_object") {
       if (generation.grammar) bad("'grammar' and 'response_format' cannot both constrain the output");
       generation.grammar = grammar::json_object_grammar();
-    } else if (name != "text") {
-      bad("'response_format.type' '" + name + "' is not supported (supported: text, json_object)");
+    } else if (name != "text" && name != "json_schema") {  // json_schema: api_json_schema.cpp
+      bad("'response_format.type' '" + name + "' is not supported (supported: text, json_object, json_schema)");
     }
   }
 }
