@@ -25,10 +25,12 @@ constexpr size_t kMaxNameLength = 64;
   throw ApiError(400, message, "invalid_request_error", code);
 }
 
+bool is_name_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+}
+
 bool valid_name(const std::string& name) {
-  return !name.empty() && name.size() <= kMaxNameLength && std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
-  });
+  return !name.empty() && name.size() <= kMaxNameLength && std::all_of(name.begin(), name.end(), is_name_char);
 }
 
 const ojson* member(const ojson& object, const char* name) {
@@ -130,7 +132,7 @@ std::optional<std::vector<ToolCall>> calls_of(const ojson& j, const ToolRequest&
 // (what follows a name): it may still become a call.
 bool name_then_prefix(std::string_view s, size_t at, std::string_view next) {
   size_t i = at;
-  while (i < s.size() && valid_name(std::string(1, s[i]))) ++i;
+  while (i < s.size() && is_name_char(s[i])) ++i;
   const std::string_view rest = s.substr(i);
   return rest.size() < next.size() && next.substr(0, rest.size()) == rest;
 }
