@@ -10,6 +10,8 @@
 
 #include "lumen/runtime/sampler.h"
 #include "lumen/server/api_fields.h"
+#include "lumen/server/api_constraints.h"
+#include "lumen/server/api_json_schema.h"
 
 namespace lumen::server {
 
@@ -59,12 +61,12 @@ bool boolean(const json& body, const char* name, bool fallback) {
   return f->get<bool>();
 }
 
-std::string content_text(const json& content) {
+std::string content_text(const nlohmann::ordered_json& content) {
   if (content.is_string()) return content.get<std::string>();
   if (content.is_null()) return "";
   if (content.is_array()) {  // [{"type": "text", "text": ...}, ...]
     std::string out;
-    for (const json& part : content) {
+    for (const nlohmann::ordered_json& part : content) {
       if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
         bad("only text content parts are supported", "invalid_type");
       out += part["text"].get<std::string>();
@@ -126,9 +128,10 @@ std::string error_body(const ApiError& e) {
 }
 
 std::string chat_prompt_text(const chat::ChatTemplate& chat_template, const std::vector<chat::Message>& messages,
-                             const nlohmann::ordered_json& raw_messages) {
+                             const nlohmann::ordered_json& raw_messages, const nlohmann::ordered_json& tools) {
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();
   if (raw_messages.is_array()) extra["messages"] = raw_messages;
+  if (tools.is_array() && !tools.empty()) extra["tools"] = tools;
   try {
     return chat::render_chat(chat_template, messages, /*add_generation_prompt=*/true, extra);
   } catch (const chat::TemplateError& e) {
@@ -136,20 +139,32 @@ std::string chat_prompt_text(const chat::ChatTemplate& chat_template, const std:
   }
 }
 
-std::string messages_prompt_text(const json& body, const chat::ChatTemplate& chat_template) {
-  const json* messages = field(body, "messages");
-  if (messages == nullptr) bad("'messages' is required", "missing_field");
+std::string messages_prompt_text(const nlohmann::ordered_json& body, const chat::ChatTemplate& chat_template,
+                                 const nlohmann::ordered_json& tools) {
+  const auto messages = body.find("messages");
+  if (messages == body.end() || messages->is_null()) bad("'messages' is required", "missing_field");
   if (!messages->is_array() || messages->empty()) bad("'messages' must be a non-empty array", "invalid_type");
   std::vector<chat::Message> list;
-  for (const json& m : *messages) {
+  nlohmann::ordered_json for_template = nlohmann::ordered_json::array();
+  for (const nlohmann::ordered_json& m : *messages) {
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
       bad("every message needs a string 'role'", "invalid_type");
     const std::string role = m["role"].get<std::string>();
-    if (role != "system" && role != "user" && role != "assistant" && role != "developer")
+    if (role != "system" && role != "user" && role != "assistant" && role != "developer" && role != "tool")
       bad("unknown message role '" + role + "'");
-    list.push_back({role == "developer" ? "system" : role, content_text(m.contains("content") ? m["content"] : json())});
+    const std::string at = "messages[" + std::to_string(for_template.size()) + "]";
+    nlohmann::ordered_json message = m;
+    message["role"] = role == "developer" ? "system" : role;
+    const std::string content = content_text(m.contains("content") ? m["content"] : nlohmann::ordered_json());
+    if (m.contains("content") && m["content"].is_array()) message["content"] = content;
+    if (role == "tool" && !(m.contains("tool_call_id") && m["tool_call_id"].is_string()))
+      bad("'" + at + ".tool_call_id' must be a string", "invalid_type");
+    if (role == "assistant" && m.contains("tool_calls") && !m["tool_calls"].is_null())
+      message["tool_calls"] = template_tool_calls(m["tool_calls"], at + ".tool_calls");
+    list.push_back({message["role"].get<std::string>(), content});
+    for_template.push_back(std::move(message));
   }
-  return chat_prompt_text(chat_template, list, nlohmann::ordered_json::parse(messages->dump()));
+  return chat_prompt_text(chat_template, list, for_template, tools);
 }
 
 json parse_json_body(std::string_view text) {
@@ -207,7 +222,10 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view text, const Tokeniz
     g.prompt_logprobs = r.echo && r.logprobs;
     g.max_tokens = integer(body, "max_tokens", 16, 0, kMaxTokensToPredict);
   } else {
-    r.prompt_text = messages_prompt_text(body, chat_template);
+    // Parsed again keeping key order: templates print tools and tool-call arguments as given.
+    const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(text);
+    r.tools = parse_tool_fields(ordered, tool_syntax_of(chat_template.source()));
+    r.prompt_text = messages_prompt_text(ordered, chat_template, r.tools.tools);
     g.prompt = tokenizer.encode_prompt(r.prompt_text);
     r.logprobs = boolean(body, "logprobs", false);
     const int64_t top = integer(body, "top_logprobs", 0, 0, 20);
@@ -230,6 +248,12 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view text, const Tokeniz
   }
   g.sampling.logit_bias = logit_bias_field(body, tokenizer);
   g.ignore_eos = boolean(body, "ignore_eos", false);
+  parse_constraints(body, g);
+  if (auto schema = json_schema_constraint(text, body)) {
+    if (g.grammar) bad("'json_schema' and 'grammar' cannot both constrain the output");
+    g.grammar = std::move(schema);
+  }
+  constrain_to_call(r.tools, g);
   r.stream = boolean(body, "stream", false);
   if (const json* so = field(body, "stream_options")) {
     if (!so->is_object()) bad("'stream_options' must be an object", "invalid_type");
@@ -270,7 +294,10 @@ ResponseWriter::ResponseWriter(const ApiRequest& request, const Tokenizer& token
       model_(std::move(model)),
       id_(std::move(id)),
       created_(created),
-      choices_(static_cast<size_t>(request.generation.n)) {}
+      choices_(static_cast<size_t>(request.generation.n)) {
+  if (request_.stream && request_.tools.parses_output())
+    for (Choice& c : choices_) c.tool_parser.emplace(request_.tools);
+}
 
 namespace {
 
@@ -282,12 +309,18 @@ json bytes_of(const std::string& s) {
 
 json logprob_value(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
 
+std::string sse(const std::string& data) { return "data: " + data + "\n\n"; }
+
+json tool_call_json(const ToolCall& call) {
+  return {{"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+}
+
 }  // namespace
 
 // One choice object. Completions: logprobs as {tokens, token_logprobs,
 // top_logprobs, text_offset}; chat: {content: [{token, logprob, bytes, top_logprobs}]}.
 json ResponseWriter::choice_object(size_t index, const std::string& text, const std::vector<TokenLogprob>& lps,
-                            bool with_prompt, const char* finish_reason) const {
+                                   bool with_prompt, const char* finish_reason, const std::vector<ToolCall>& calls) const {
   const bool chat = request_.endpoint == Endpoint::Chat;
   const Choice& c = choices_[index];
   json choice = {{"index", index}};
@@ -334,10 +367,25 @@ json ResponseWriter::choice_object(size_t index, const std::string& text, const 
   if (chat && request_.stream) {
     json delta = json::object();
     if (!c.sent_role) delta["role"] = "assistant";
-    if (!text.empty() || !finish_reason) delta["content"] = text;
+    if (!text.empty() || (!finish_reason && calls.empty())) delta["content"] = text;
+    if (!calls.empty()) {
+      json deltas = json::array();
+      for (size_t i = 0; i < calls.size(); ++i) {
+        json d = tool_call_json(calls[i]);
+        d["index"] = c.calls_sent + i;
+        deltas.push_back(std::move(d));
+      }
+      delta["tool_calls"] = std::move(deltas);
+    }
     choice["delta"] = delta;
   } else if (chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
+    // With calls, content is the text outside them, null when there is none (as OpenAI's).
+    choice["message"] = {{"role", "assistant"}, {"content", calls.empty() || !text.empty() ? json(text) : json(nullptr)}};
+    if (!calls.empty()) {
+      json list = json::array();
+      for (const ToolCall& call : calls) list.push_back(tool_call_json(call));
+      choice["message"]["tool_calls"] = std::move(list);
+    }
   } else {
     choice["text"] = text;
   }
@@ -363,20 +411,47 @@ std::string ResponseWriter::envelope(json choices, bool usage) const {
 }
 
 std::string ResponseWriter::chunk(size_t index, const std::string& text, const std::vector<TokenLogprob>& lps,
-                                  bool with_prompt, const char* finish_reason) const {
+                                  bool with_prompt, const char* finish_reason, const std::vector<ToolCall>& calls) const {
   // Usage rides on the chunk that finishes the last choice.
   const bool usage = finish_reason && request_.include_usage && done();
-  return envelope(json::array({choice_object(index, text, lps, with_prompt, finish_reason)}), usage);
+  return envelope(json::array({choice_object(index, text, lps, with_prompt, finish_reason, calls)}), usage);
 }
 
 namespace {
-// A sequence cancelled by shutdown ends as if it hit its length.
-const char* reason_of(const std::string& r) { return r == "stop" ? "stop" : "length"; }
+// A sequence cancelled by shutdown ends as if it hit its length; a reply that
+// ended with calls ends with "tool_calls".
+const char* finish_reason_of(const std::string& r, bool called) {
+  if (r != "stop") return "length";
+  return called ? "tool_calls" : "stop";
+}
 }  // namespace
+
+std::string ResponseWriter::stream_tool_text(size_t index, const std::string& text,
+                                             const std::vector<TokenLogprob>& logprobs, bool final) {
+  Choice& c = choices_[index];
+  ToolCallParser::Output o = c.tool_parser->push(text);
+  if (final) {
+    ToolCallParser::Output rest = c.tool_parser->finish();
+    o.text += rest.text;
+    for (ToolCall& call : rest.calls) o.calls.push_back(std::move(call));
+  }
+  std::string out;
+  if (!o.text.empty() || !logprobs.empty() || !c.sent_role) out += sse(chunk(index, o.text, logprobs, false, nullptr));
+  c.sent_role = true;
+  if (!o.calls.empty()) {
+    out += sse(chunk(index, "", {}, false, nullptr, o.calls));
+    c.calls_sent += o.calls.size();
+  }
+  // A token held back (it may be part of a call) still writes an SSE comment,
+  // which clients skip: a client that went away is noticed at its token, as
+  // in a stream without tools.
+  if (out.empty() && !final) out = ":\n\n";
+  return out;
+}
 
 std::string ResponseWriter::stream(const Event& event) {
   std::string out;
-  auto record = [&](const std::string& data) { out += "data: " + data + "\n\n"; };
+  auto record = [&](const std::string& data) { out += sse(data); };
   Choice& c = choices_[static_cast<size_t>(event.choice)];
   const auto index = static_cast<size_t>(event.choice);
   switch (event.kind) {
@@ -393,20 +468,28 @@ std::string ResponseWriter::stream(const Event& event) {
         record(chunk(index, request_.prompt_text, {}, false, nullptr));
       }
       ++c.completion_tokens;
-      record(chunk(index, event.text,
-                   request_.logprobs ? std::vector<TokenLogprob>{event.token} : std::vector<TokenLogprob>{}, false,
-                   nullptr));
+      {
+        const std::vector<TokenLogprob> lps =
+            request_.logprobs ? std::vector<TokenLogprob>{event.token} : std::vector<TokenLogprob>{};
+        if (c.tool_parser)
+          out += stream_tool_text(index, event.text, lps, false);
+        else
+          record(chunk(index, event.text, lps, false, nullptr));
+      }
       c.sent_role = true;
       c.text += event.text;
       break;
     case Event::Kind::Done:
-      if (!event.text.empty()) {
+      if (c.tool_parser) {
+        out += stream_tool_text(index, event.text, {}, true);
+        c.text += event.text;
+      } else if (!event.text.empty()) {
         record(chunk(index, event.text, {}, false, nullptr));
         c.text += event.text;
         c.sent_role = true;
       }
       ++done_;
-      record(chunk(index, "", {}, false, reason_of(event.finish_reason)));
+      record(chunk(index, "", {}, false, finish_reason_of(event.finish_reason, c.calls_sent > 0)));
       if (done()) out += "data: [DONE]\n\n";
       break;
   }
@@ -424,7 +507,7 @@ void ResponseWriter::add(const Event& event) {
       break;
     case Event::Kind::Done:
       c.text += event.text;
-      c.finish_reason = reason_of(event.finish_reason);
+      c.finish_reason = event.finish_reason;
       ++done_;
       break;
   }
@@ -432,14 +515,21 @@ void ResponseWriter::add(const Event& event) {
 
 std::string ResponseWriter::body() const {
   const bool echo = request_.echo && request_.endpoint == Endpoint::Completions;
-  // choice() computes offsets from the choice's text; a whole response starts at the prompt.
+  // choice_object() computes offsets from the choice's text; a whole response starts at the prompt.
   ResponseWriter copy = *this;
   json choices = json::array();
   for (size_t i = 0; i < choices_.size(); ++i) {
     copy.choices_[i].text.clear();
-    const std::string text = echo ? request_.prompt_text + choices_[i].text : choices_[i].text;
-    choices.push_back(copy.choice_object(i, text, choices_[i].logprobs, echo && request_.generation.prompt_logprobs,
-                                  choices_[i].finish_reason.c_str()));
+    const Choice& c = choices_[i];
+    if (request_.tools.parses_output()) {
+      ToolCallParser::Output reply = parse_tool_calls(c.text, request_.tools);
+      choices.push_back(copy.choice_object(i, reply.text, c.logprobs, false,
+                                           finish_reason_of(c.finish_reason, !reply.calls.empty()), reply.calls));
+      continue;
+    }
+    const std::string text = echo ? request_.prompt_text + c.text : c.text;
+    choices.push_back(copy.choice_object(i, text, c.logprobs, echo && request_.generation.prompt_logprobs,
+                                         finish_reason_of(c.finish_reason, false)));
   }
   return envelope(std::move(choices), /*usage=*/true);
 }

@@ -89,8 +89,9 @@ std::string detokenize_response(std::string_view text, const Tokenizer& tokenize
 }
 
 std::string apply_template_response(std::string_view text, const chat::ChatTemplate& chat_template) {
-  const json body = body_with(text, {"messages"});
-  return dump({{"prompt", messages_prompt_text(body, chat_template)}});
+  body_with(text, {"messages"});
+  // Parsed again keeping key order: templates print tool-call arguments as given.
+  return dump({{"prompt", messages_prompt_text(nlohmann::ordered_json::parse(text), chat_template)}});
 }
 
 std::string props_response(const ServerProps& props, int64_t n_ctx, int total_slots, const Tokenizer& tokenizer) {

@@ -156,6 +156,8 @@ void HttpServer::Impl::routes() {
                   static_cast<double>(st.rejected));
     out += metric("lumen_requests_cancelled_total", "counter", "requests whose client went away before the end",
                   static_cast<double>(st.cancelled));
+    out += metric("lumen_requests_constrained_total", "counter", "requests with a grammar (grammar, response_format) given a slot",
+                  static_cast<double>(st.constrained));
     out += metric("lumen_prompt_tokens_total", "counter", "prompt tokens evaluated (not those the prefix cache reused)",
                   static_cast<double>(st.prompt_tokens));
     out += metric("lumen_prefix_cache_hits_total", "counter", "requests that reused a cached KV prefix",

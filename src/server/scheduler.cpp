@@ -14,6 +14,7 @@
 
 #include "lumen/common/internal_error.h"
 #include "prefix_store.h"
+#include "lumen/server/constrained_streamer.h"
 
 namespace lumen::server {
 
@@ -93,8 +94,13 @@ struct Scheduler::Sequence {
   // An embedding request's hidden states so far. It needs the state of every
   // prompt position (mean, cls), so its prompt is always prefilled whole.
   std::optional<runtime::Pooler> pooler;
+  // With a grammar: its state, the masked copy of the logits, and the text
+  // stream whose stop strings count only after a complete match.
+  std::optional<grammar::Matcher> matcher;
+  std::vector<float> masked;
+  std::optional<ConstrainedStreamer> constrained;
 
-  Sequence(std::shared_ptr<Request> r, int s, int c, int64_t n_embd)
+  Sequence(std::shared_ptr<Request> r, int s, int c, int64_t n_embd, const std::shared_ptr<const grammar::TokenTrie>& trie)
       : request(std::move(r)),
         slot(s),
         choice(c),
@@ -104,8 +110,14 @@ struct Scheduler::Sequence {
     if (request->params().pooling) pooler.emplace(*request->params().pooling, n_embd);
     // As lumen-run: the prompt is part of the penalties' history.
     for (int32_t t : request->params().prompt) sampler.accept(t);
+    if (params().grammar) {
+      matcher.emplace(params().grammar, trie);
+      constrained.emplace(params().stops, matcher->accepting());
+    }
   }
   const GenerationParams& params() const { return request->params(); }
+  bool stopped() const { return constrained ? constrained->stopped() : streamer.stopped(); }
+  std::string finish_text() { return constrained ? constrained->finish() : streamer.finish(); }
 };
 
 Scheduler::Scheduler(runtime::Session& session, const Tokenizer& tokenizer, SchedulerOptions options)
@@ -178,6 +190,10 @@ void Scheduler::admit_locked() {
 void Scheduler::place_locked(const std::shared_ptr<Request>& request, std::vector<int>& free) {
   const GenerationParams& p = request->params();
   const std::span<const int32_t> prompt(p.prompt);
+  if (p.grammar) {
+    if (!token_trie_) token_trie_ = grammar::TokenTrie::build(tokenizer_);
+    ++stats_.constrained;
+  }
   // The last prompt token is always evaluated: its logits give the first
   // token. Prompt log-probabilities need every position's logits, and
   // embeddings every position's hidden state: no reuse.
@@ -210,7 +226,7 @@ void Scheduler::place_locked(const std::shared_ptr<Request>& request, std::vecto
   ++(reuse > 0 ? stats_.prefix_hits : stats_.prefix_misses);
   stats_.prefix_reused_tokens += static_cast<uint64_t>(reuse);
   stats_.prompt_tokens += prompt.size() - static_cast<size_t>(reuse);
-  auto primary = std::make_unique<Sequence>(request, slot, 0, session_.n_embd());
+  auto primary = std::make_unique<Sequence>(request, slot, 0, session_.n_embd(), token_trie_);
   primary->prompt_done = static_cast<size_t>(reuse);
   slots_[static_cast<size_t>(slot)] = std::move(primary);
   warm_[static_cast<size_t>(slot)].tokens.clear();
@@ -220,7 +236,7 @@ void Scheduler::place_locked(const std::shared_ptr<Request>& request, std::vecto
     session_.clear(other);
     std::erase(free, other);
     warm_[static_cast<size_t>(other)].tokens.clear();
-    slots_[static_cast<size_t>(other)] = std::make_unique<Sequence>(request, other, c, session_.n_embd());
+    slots_[static_cast<size_t>(other)] = std::make_unique<Sequence>(request, other, c, session_.n_embd(), token_trie_);
   }
 }
 
@@ -277,7 +293,29 @@ void Scheduler::start_choices(Sequence& primary, std::span<const float> logits, 
 
 void Scheduler::emit(Sequence& seq, std::span<const float> logits, int64_t& generated) {
   const GenerationParams& p = seq.params();
-  const int32_t id = seq.sampler.sample(logits);
+  std::span<const float> choices = logits;
+  if (seq.matcher) {
+    // An empty match that cannot grow (a grammar for ""): nothing to generate.
+    if (seq.matcher->accepting() && !seq.matcher->can_continue()) {
+      finish(seq, "stop");
+      return;
+    }
+    seq.masked.assign(logits.begin(), logits.end());
+    size_t allowed = seq.matcher->mask(seq.masked);
+    if (p.ignore_eos)
+      for (int32_t eog : tokenizer_.eog_ids())
+        if (static_cast<size_t>(eog) < seq.masked.size() && seq.masked[static_cast<size_t>(eog)] != -INFINITY) {
+          seq.masked[static_cast<size_t>(eog)] = -INFINITY;
+          --allowed;
+        }
+    // No token continues the match (a vocabulary without some byte): cut short.
+    if (allowed == 0) {
+      finish(seq, "length");
+      return;
+    }
+    choices = seq.masked;
+  }
+  const int32_t id = seq.sampler.sample(choices);
   seq.sampler.accept(id);
   if (tokenizer_.is_eog(id) && !p.ignore_eos) {
     finish(seq, "stop");
@@ -287,12 +325,23 @@ void Scheduler::emit(Sequence& seq, std::span<const float> logits, int64_t& gene
   ev.kind = Event::Kind::Token;
   ev.choice = seq.choice;
   ev.token = p.top_logprobs >= 0 ? token_logprob(logits, id, p.top_logprobs) : TokenLogprob{id, std::nullopt, {}};
-  ev.text = seq.streamer.push(tokenizer_.token_text(id));
+  if (seq.matcher) {
+    const std::string bytes = tokenizer_.token_text(id);
+    std::vector<bool> accepting_after;
+    for (char c : bytes) {
+      const bool allowed_byte = seq.matcher->accept_bytes(std::string_view(&c, 1));
+      LUMEN_ASSERT(allowed_byte, "the mask allows only tokens the grammar accepts");
+      accepting_after.push_back(seq.matcher->accepting());
+    }
+    ev.text = seq.constrained->push(bytes, accepting_after);
+  } else {
+    ev.text = seq.streamer.push(tokenizer_.token_text(id));
+  }
   seq.output.push_back(id);
   ++seq.generated;
   ++generated;
   seq.request->post(std::move(ev));
-  if (seq.streamer.stopped())
+  if (seq.stopped() || (seq.matcher && seq.matcher->accepting() && !seq.matcher->can_continue()))
     finish(seq, "stop");
   else if (seq.generated >= p.max_tokens || session_.position(seq.slot) >= session_.n_ctx())
     finish(seq, "length");
@@ -305,7 +354,7 @@ void Scheduler::finish(Sequence& seq, const std::string& reason, std::string tex
   done.kind = Event::Kind::Done;
   done.text = std::move(text);
   done.embedding = std::move(embedding);
-  if (reason != "cancelled" && !seq.streamer.stopped()) done.text += seq.streamer.finish();
+  if (reason != "cancelled" && !seq.stopped()) done.text += seq.finish_text();
   done.finish_reason = reason;
   done.choice = seq.choice;
   seq.request->post(std::move(done));

@@ -297,7 +297,7 @@ Value Interpreter::call_macro(const Node& def, bool is_caller, size_t defining_d
   return Value::string(std::move(text));
 }
 
-ChatTemplate::ChatTemplate(std::string_view source) : program_(parse_template(source)) {}
+ChatTemplate::ChatTemplate(std::string_view source) : program_(parse_template(source)), source_(source) {}
 ChatTemplate::~ChatTemplate() = default;
 ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
 ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;

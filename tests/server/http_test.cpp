@@ -372,17 +372,54 @@ void wait_until(const std::function<bool()>& condition, const std::string& what)
   ADD_FAILURE() << what;
 }
 
+// Constrained streams for the flood and the vanishing client: a JSON Schema,
+// and a forced tool call. Both need far more than the tokens those tests let
+// run (a string of at least 200 characters).
+const json kLongTextSchema = {{"type", "object"},
+                              {"properties", {{"text", {{"type", "string"}, {"minLength", 200}}}}},
+                              {"required", {"text"}}};
+
+json chat_body(const std::string& content) { return {{"messages", {{{"role", "user"}, {"content", content}}}}}; }
+
+json schema_chat() {
+  json body = chat_body("Write a long text.");
+  body["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "long"}, {"schema", kLongTextSchema}}}};
+  return body;
+}
+
+json tool_chat() {
+  json body = chat_body("Note this down.");
+  body["tools"] = {{{"type", "function"}, {"function", {{"name", "note"}, {"parameters", kLongTextSchema}}}}};
+  body["tool_choice"] = "required";
+  return body;
+}
+
+// A third of the flood streams a chat constrained by a JSON Schema and a
+// third a forced tool call, cut short by max_tokens: every stream ends with
+// [DONE] and the server serves the next request.
 TEST_F(Http, FloodOf48SimultaneousRequestsIsServed) {
   std::vector<int> status(48, 0);
+  std::vector<std::string> bodies(status.size());
   std::vector<std::thread> threads;
   for (size_t i = 0; i < status.size(); ++i)
     threads.emplace_back([&, i] {
-      const std::string body = json{{"prompt", kPrompts[i % kPrompts.size()]}, {"max_tokens", 3}}.dump();
-      auto r = post("/v1/completions", body);  // no retry: the server listens with a deep backlog
+      json body = i % 3 == 1 ? schema_chat() : tool_chat();
+      body["max_tokens"] = 6;
+      body["stream"] = true;
+      auto r = i % 3 == 0  // no retry: the server listens with a deep backlog
+                   ? post("/v1/completions", json{{"prompt", kPrompts[i % kPrompts.size()]}, {"max_tokens", 3}}.dump())
+                   : post("/v1/chat/completions", body.dump());
       status[i] = r ? r->status : -1;
+      if (r) bodies[i] = r->body;
     });
   for (auto& t : threads) t.join();
-  for (size_t i = 0; i < status.size(); ++i) EXPECT_EQ(status[i], 200) << i;
+  for (size_t i = 0; i < status.size(); ++i) {
+    EXPECT_EQ(status[i], 200) << i << ": " << bodies[i];
+    if (i % 3 != 0) {
+      EXPECT_NE(bodies[i].find("data: [DONE]"), std::string::npos) << bodies[i];
+    }
+  }
+  EXPECT_EQ(post_json("/v1/completions", {{"prompt", kPrompts[0]}, {"max_tokens", 2}})["choices"].size(), 1u);
   auto m = httplib::Client("127.0.0.1", server_->port).Get("/metrics");
   ASSERT_TRUE(m);
   for (const char* name : {"lumen_requests_total", "lumen_prompt_tokens_total", "lumen_generated_tokens_total",
@@ -521,7 +558,8 @@ class SteppedServer {
 // one more token generated (the one whose write failed). A non-streamed answer
 // sends a space now and then while it is generated, so its failed write is
 // noticed as in a stream. With n choices, every choice's slot is freed.
-void expect_vanishing_client_is_cancelled(bool stream, int n) {
+void expect_vanishing_client_is_cancelled(bool stream, int n = 1, const std::string& path = "/v1/completions",
+                                          json body = {{"prompt", "Hello"}}) {
   SteppedServer server(/*parallel=*/n, /*max_queue=*/4);
   Scheduler& sched = server.scheduler();
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -531,9 +569,13 @@ void expect_vanishing_client_is_cancelled(bool stream, int n) {
   addr.sin_port = htons(static_cast<uint16_t>(server.port()));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  const std::string body = json{{"prompt", "Hello"}, {"max_tokens", 250}, {"stream", stream}, {"ignore_eos", true}, {"n", n}}.dump();
-  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
-                          std::to_string(body.size()) + "\r\n\r\n" + body;
+  body["max_tokens"] = 250;
+  body["stream"] = stream;
+  body["ignore_eos"] = true;
+  body["n"] = n;
+  const std::string text = body.dump();
+  const std::string req = "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                          std::to_string(text.size()) + "\r\n\r\n" + text;
   ASSERT_EQ(send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
   wait_until([&] { return sched.stats().requests == 1; }, "the request never reached the scheduler");
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(sched.step());
@@ -561,6 +603,16 @@ TEST(HttpSteppedByTheTest, ClientThatDisappearsBeforeAWholeAnswerFreesItsSequenc
 
 TEST(HttpSteppedByTheTest, ClientThatDisappearsMidStreamOfTwoChoicesFreesBothSlots) {
   expect_vanishing_client_is_cancelled(true, 2);
+}
+
+// A forced tool call's text is held back until the call closes, yet each
+// token still writes (an SSE comment), so the reset is seen as in any stream.
+TEST(HttpSteppedByTheTest, ClientThatDisappearsMidConstrainedStreamFreesItsSequence) {
+  expect_vanishing_client_is_cancelled(true, 1, "/v1/chat/completions", schema_chat());
+}
+
+TEST(HttpSteppedByTheTest, ClientThatDisappearsMidToolCallStreamFreesItsSequence) {
+  expect_vanishing_client_is_cancelled(true, 1, "/v1/chat/completions", tool_chat());
 }
 
 // One place in all (one slot, no queue): while the first request holds it -

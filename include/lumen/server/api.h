@@ -5,12 +5,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "lumen/server/scheduler.h"
+#include "lumen/server/tools.h"
 #include "lumen/text/chat_template.h"
 #include "lumen/text/tokenizer.h"
 
@@ -35,6 +37,7 @@ struct ApiRequest {
   bool echo = false;           // completions: the prompt precedes the text
   bool logprobs = false;       // report log-probabilities (k = generation.top_logprobs)
   std::string prompt_text;     // what the prompt says (echo, text offsets)
+  ToolRequest tools;           // chat: tools, tool_choice, parallel_tool_calls
 };
 
 // A request body as a JSON object; throws ApiError (400) for malformed JSON
@@ -48,13 +51,16 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const Tokeniz
 
 // The one place messages become prompt text: the model's chat template (as
 // lumen-run --chat), given the request's whole message array (tool calls and
-// all) beside the role/content pairs.
+// all) beside the role/content pairs, and the request's tools (an array; null
+// when none) as the template's `tools`.
 std::string chat_prompt_text(const chat::ChatTemplate& chat_template, const std::vector<chat::Message>& messages,
-                             const nlohmann::ordered_json& raw_messages);
-// A body's `messages` checked (roles, text content) and rendered by
-// chat_prompt_text; throws ApiError (400) naming what is wrong. Chat
-// completions and /apply-template.
-std::string messages_prompt_text(const nlohmann::json& body, const chat::ChatTemplate& chat_template);
+                             const nlohmann::ordered_json& raw_messages,
+                             const nlohmann::ordered_json& tools = nullptr);
+// A body's `messages` checked (roles, text content, tool calls and results)
+// and rendered by chat_prompt_text with `tools`; throws ApiError (400) naming
+// what is wrong. Chat completions and /apply-template.
+std::string messages_prompt_text(const nlohmann::ordered_json& body, const chat::ChatTemplate& chat_template,
+                                 const nlohmann::ordered_json& tools = nullptr);
 
 // Collects one request's events into its response (whole or streamed), per
 // choice (Event::choice): each has its text, logprobs and finish reason;
@@ -76,16 +82,21 @@ class ResponseWriter {
     std::string text;
     std::vector<TokenLogprob> logprobs;
     int64_t completion_tokens = 0;
-    std::string finish_reason;
+    std::string finish_reason;  // the scheduler's ("stop", "length", "cancelled")
     bool sent_role = false;
+    std::optional<ToolCallParser> tool_parser;  // streaming, when the reply is parsed for calls
+    size_t calls_sent = 0;
   };
   // One choice object of a response or chunk.
   nlohmann::json choice_object(size_t index, const std::string& text, const std::vector<TokenLogprob>& logprobs,
-                        bool with_prompt, const char* finish_reason) const;
+                               bool with_prompt, const char* finish_reason, const std::vector<ToolCall>& calls = {}) const;
   // The response or chunk around `choices`; with usage when `usage`.
   std::string envelope(nlohmann::json choices, bool usage) const;
   std::string chunk(size_t index, const std::string& text, const std::vector<TokenLogprob>& logprobs,
-                    bool with_prompt, const char* finish_reason) const;
+                    bool with_prompt, const char* finish_reason, const std::vector<ToolCall>& calls = {}) const;
+  // Streaming with tools: the records of choice `index`'s text so far and of the calls that closed.
+  std::string stream_tool_text(size_t index, const std::string& text, const std::vector<TokenLogprob>& logprobs,
+                               bool final);
   const ApiRequest& request_;
   const Tokenizer& tokenizer_;
   std::string model_, id_;

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "lumen/runtime/pooling.h"
+#include "lumen/grammar/grammar.h"
 #include "lumen/runtime/sampler.h"
 #include "lumen/runtime/session.h"
 #include "lumen/text/tokenizer.h"
@@ -45,6 +46,11 @@ struct GenerationParams {
   // Set: an embedding request. The prompt prefills its slot keeping every
   // token's hidden state, pooled into Done's embedding; nothing is sampled.
   std::optional<runtime::Pooling> pooling;
+  // The text must match this grammar (none: free text). Each sequence gets its
+  // own Matcher; only tokens that keep the text completable are sampled, an
+  // end-of-generation token only where it is a complete match, and the
+  // sequence stops as soon as the match cannot grow.
+  std::shared_ptr<const grammar::Grammar> grammar;
 };
 
 // A token with its log-probability under the model (log-softmax of the raw
@@ -105,6 +111,7 @@ struct SchedulerStats {
   // reused instead of evaluated, and the RAM store's size.
   uint64_t prefix_hits = 0, prefix_misses = 0, prefix_reused_tokens = 0;
   uint64_t prefix_store_bytes = 0, prefix_store_entries = 0;
+  uint64_t constrained = 0;  // requests with a grammar
   int64_t queued = 0, active = 0;
   int64_t last_batch_rows = 0, last_batch_sequences = 0;
   double tokens_per_second = 0;  // generated, over the last 10 s
@@ -181,6 +188,7 @@ class Scheduler {
   SchedulerStats stats_;
   StepTrace trace_;
   std::deque<std::pair<std::chrono::steady_clock::time_point, int64_t>> recent_;  // generated tokens per step
+  std::shared_ptr<const grammar::TokenTrie> token_trie_;  // built at the first request with a grammar
 };
 
 // log-softmax of logits at `id`, and the k most likely (id, log-probability), best first.

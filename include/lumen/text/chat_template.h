@@ -80,6 +80,8 @@ class ChatTemplate {
   // content, tool_calls, ...) as the context variable of that name.
   std::string render(const nlohmann::ordered_json& messages, const RenderOptions& options) const;
 
+  // The Jinja text (the server picks its tool-call syntax from it).
+  const std::string& source() const { return source_; }
   const std::string& bos_token() const { return bos_token_; }
   const std::string& eos_token() const { return eos_token_; }
   void set_special_tokens(std::string bos, std::string eos) {
@@ -91,6 +93,7 @@ class ChatTemplate {
 
  private:
   std::unique_ptr<Program> program_;
+  std::string source_;
   std::string bos_token_, eos_token_;
 };
 
