@@ -511,7 +511,9 @@ class Converter {
     std::string body;
     if (name == "ws") body = "( \" \" | \"\\n\" [ \\x09]{0,20} )?";
     else if (name == "key-char") body = "[^\"\\\\\\x00-\\x1F\\x7F]";  // no escapes: a key reads as written
-    else if (name == "char") body = "[^\"\\\\\\x00-\\x1F\\x7F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )";
+    else if (name == "char")  // \u escapes of surrogates left out: a lone one is not valid JSON
+      body = "[^\"\\\\\\x00-\\x1F\\x7F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" ( [0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | "
+             "[dD] [0-7] [0-9a-fA-F]{2} ) )";
     else if (name == "string") body = "\"\\\"\" " + primitive("char") + "* \"\\\"\" " + primitive("ws");
     else if (name == "boolean") body = "( \"true\" | \"false\" ) " + primitive("ws");
     else if (name == "null") body = "\"null\" " + primitive("ws");
