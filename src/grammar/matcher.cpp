@@ -237,13 +237,24 @@ Matcher::~Matcher() = default;
 size_t Matcher::mask(std::span<float> logits) {
   const std::vector<uint64_t>& bits = engine_->mask_of(engine_->current);
   const size_t n_vocab = static_cast<size_t>(engine_->vocab->n_vocab());
+  const size_t covered = std::min(logits.size(), n_vocab);
   size_t allowed = 0;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (i < n_vocab && ((bits[i / 64] >> (i % 64)) & 1) != 0)
-      ++allowed;
-    else
-      logits[i] = -std::numeric_limits<float>::infinity();
+  // A word at a time: whole words of allowed tokens (a string's contents) are left alone.
+  for (size_t w = 0; w * 64 < covered; ++w) {
+    const size_t begin = w * 64, end = std::min(begin + 64, covered);
+    const uint64_t word = bits[w];
+    if (word == ~uint64_t{0} && end - begin == 64) {
+      allowed += 64;
+      continue;
+    }
+    for (size_t i = begin; i < end; ++i) {
+      if ((word >> (i - begin)) & 1)
+        ++allowed;
+      else
+        logits[i] = -std::numeric_limits<float>::infinity();
+    }
   }
+  for (size_t i = covered; i < logits.size(); ++i) logits[i] = -std::numeric_limits<float>::infinity();
   return allowed;
 }
 
