@@ -47,7 +47,6 @@ class ConstrainedTest : public ::testing::Test {
     GenerationParams p;
     p.prompt = tokenizer_->encode(text);
     p.sampling.temp = seed == 0 ? 0.0f : 1.0f;
-    p.sampling.top_k = 0;  // the whole (masked) distribution: the least help from the model
     p.sampling.seed = seed;
     p.max_tokens = max_tokens;
     p.grammar = std::move(g);
@@ -102,7 +101,7 @@ TEST_F(ConstrainedTest, JsonObjectOutputParsesWheneverFinishIsStop) {
   make(4);
   const auto g = grammar::json_object_grammar();
   std::vector<GenerationParams> all;
-  for (uint64_t seed = 0; seed < 4; ++seed) all.push_back(params("Reply in JSON:", g, 32, seed));
+  for (uint64_t seed = 0; seed < 8; ++seed) all.push_back(params("Reply in JSON:", g, 40, seed));
   int stopped = 0;
   for (const Outcome& o : run(all)) {
     ASSERT_TRUE(o.finish_reason == "stop" || o.finish_reason == "length") << o.finish_reason;
