@@ -6,12 +6,17 @@
 // is the completion tokens the server reports (usage) over the wall time.
 //
 //   lumen-server-bench --port 8080 --streams 1,2,4,8,16 --tokens 64 --requests 2
+//
+// With --grammar FILE (GBNF, sent as llama-server's `grammar`) or
+// --json-object (response_format json_object), each row is run twice: free
+// text, then constrained, so the two tok/s sit side by side.
 #include <CLI/CLI.hpp>
 #include <httplib.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -29,7 +34,21 @@ int main(int argc, char** argv) {
   app.add_option("--requests", requests, "requests per client (default 2)");
   app.add_option("--prompt-words", prompt_words, "words in each prompt (default 32)");
   app.add_option("--label", label, "name printed in the table (default server)");
+  std::string grammar_file;
+  bool json_object = false;
+  app.add_option("--grammar", grammar_file, "also run constrained by this GBNF file (the `grammar` field)")
+      ->check(CLI::ExistingFile);
+  app.add_flag("--json-object", json_object, "also run constrained by response_format json_object");
   CLI11_PARSE(app, argc, argv);
+  std::string grammar;
+  if (!grammar_file.empty()) {
+    std::ifstream in(grammar_file);
+    grammar.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  // The constraint a run sends (none for the free run).
+  std::vector<std::pair<std::string, nlohmann::json>> runs = {{label, nlohmann::json::object()}};
+  if (!grammar.empty()) runs.push_back({label + " grammar", {{"grammar", grammar}}});
+  if (json_object) runs.push_back({label + " json_object", {{"response_format", {{"type", "json_object"}}}}});
 
   std::vector<int> streams;
   std::stringstream ss(streams_text);
@@ -37,7 +56,10 @@ int main(int argc, char** argv) {
 
   std::printf("| %s | streams | requests | generated tokens | seconds | tok/s |\n|---|---|---|---|---|---|\n",
               "server");
-  for (int n : streams) {
+  for (size_t row = 0; row < streams.size() * runs.size(); ++row) {
+    const int n = streams[row / runs.size()];
+    const std::string& run_label = runs[row % runs.size()].first;
+    const nlohmann::json& constraint = runs[row % runs.size()].second;
     std::atomic<long> generated{0}, failed{0};
     auto start = std::chrono::steady_clock::now();
     std::vector<std::thread> clients;
@@ -52,6 +74,7 @@ int main(int argc, char** argv) {
           for (int w = 0; w < prompt_words; ++w) prompt += " word" + std::to_string((c * 7 + w) % 50);
           nlohmann::json body = {{"prompt", prompt}, {"max_tokens", tokens}, {"temperature", 0},
                                  {"ignore_eos", true}, {"stream", false}};
+          body.update(constraint);
           auto res = cli.Post("/v1/completions", body.dump(), "application/json");
           if (!res || res->status != 200) {
             ++failed;
@@ -63,7 +86,7 @@ int main(int argc, char** argv) {
       });
     for (auto& t : clients) t.join();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("| %s | %d | %d | %ld | %.2f | %.2f |\n", label.c_str(), n, n * requests, generated.load(), seconds,
+    std::printf("| %s | %d | %d | %ld | %.2f | %.2f |\n", run_label.c_str(), n, n * requests, generated.load(), seconds,
                 static_cast<double>(generated.load()) / seconds);
     if (failed) std::printf("(%ld requests failed)\n", failed.load());
     std::fflush(stdout);
