@@ -18,12 +18,17 @@
 //
 //   lumen-server-bench --port 8080 --streams 1,2,4,8,16 --tokens 64 --requests 2
 //   lumen-server-bench --port 8080 --scenario prefix --system-words 2000
+//
+// With --grammar FILE (GBNF, sent as llama-server's `grammar`) or
+// --json-object (response_format json_object), each throughput row is run
+// twice: free text, then constrained, so the two tok/s sit side by side.
 #include <CLI/CLI.hpp>
 #include <httplib.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -39,6 +44,8 @@ using Clock = std::chrono::steady_clock;
 struct Options {
   std::string host = "127.0.0.1", streams_text = "1,4,8", label = "server", scenario = "throughput", session, later_session;
   int port = 8080, tokens = 64, requests = 2, prompt_words = 32, system_words = 2000, turns = 3;
+  std::string grammar_file;  // throughput: also run constrained by this GBNF
+  bool json_object = false;  // throughput: also run constrained by response_format json_object
 };
 
 // A run-specific word, so that no server holds a prefix from an earlier run.
@@ -49,9 +56,21 @@ int throughput(const Options& o) {
   std::stringstream ss(o.streams_text);
   for (std::string item; std::getline(ss, item, ',');) streams.push_back(std::stoi(item));
 
+  // The constraint a run sends (none for the free run).
+  std::vector<std::pair<std::string, json>> runs = {{o.label, json::object()}};
+  if (!o.grammar_file.empty()) {
+    std::ifstream in(o.grammar_file);
+    const std::string grammar{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    runs.push_back({o.label + " grammar", {{"grammar", grammar}}});
+  }
+  if (o.json_object) runs.push_back({o.label + " json_object", {{"response_format", {{"type", "json_object"}}}}});
+
   std::printf("| %s | streams | requests | generated tokens | seconds | tok/s |\n|---|---|---|---|---|---|\n",
               "server");
-  for (int n : streams) {
+  for (size_t row = 0; row < streams.size() * runs.size(); ++row) {
+    const int n = streams[row / runs.size()];
+    const std::string& run_label = runs[row % runs.size()].first;
+    const json& constraint = runs[row % runs.size()].second;
     std::atomic<long> generated{0}, failed{0};
     auto start = Clock::now();
     const std::string tag = run_tag();
@@ -65,6 +84,7 @@ int throughput(const Options& o) {
           for (int w = 0; w < o.prompt_words; ++w) prompt += " word" + std::to_string((c * 7 + w) % 50);
           json body = {{"prompt", prompt}, {"max_tokens", o.tokens}, {"temperature", 0},
                        {"ignore_eos", true}, {"stream", false}};
+          body.update(constraint);
           auto res = cli.Post("/v1/completions", body.dump(), "application/json");
           if (!res || res->status != 200) {
             ++failed;
@@ -76,7 +96,7 @@ int throughput(const Options& o) {
       });
     for (auto& t : clients) t.join();
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    std::printf("| %s | %d | %d | %ld | %.2f | %.2f |\n", o.label.c_str(), n, n * o.requests, generated.load(), seconds,
+    std::printf("| %s | %d | %d | %ld | %.2f | %.2f |\n", run_label.c_str(), n, n * o.requests, generated.load(), seconds,
                 static_cast<double>(generated.load()) / seconds);
     if (failed) std::printf("(%ld requests failed)\n", failed.load());
     std::fflush(stdout);
@@ -179,6 +199,9 @@ int main(int argc, char** argv) {
   app.add_option("--session", o.session, "prefix: send X-Session-Id with this value");
   app.add_option("--later-session", o.later_session, "prefix: X-Session-Id of the turns after the first");
   app.add_option("--label", o.label, "name printed in the table (default server)");
+  app.add_option("--grammar", o.grammar_file, "throughput: also run constrained by this GBNF file (the `grammar` field)")
+      ->check(CLI::ExistingFile);
+  app.add_flag("--json-object", o.json_object, "throughput: also run constrained by response_format json_object");
   CLI11_PARSE(app, argc, argv);
   return o.scenario == "prefix" ? prefix(o) : throughput(o);
 }

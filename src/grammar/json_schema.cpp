@@ -4,6 +4,8 @@
 // become one rule each, which makes recursive schemas finite.
 #include "lumen/grammar/json_schema.h"
 
+#include "lumen/grammar/grammar.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cctype>
@@ -511,7 +513,9 @@ class Converter {
     std::string body;
     if (name == "ws") body = "( \" \" | \"\\n\" [ \\x09]{0,20} )?";
     else if (name == "key-char") body = "[^\"\\\\\\x00-\\x1F\\x7F]";  // no escapes: a key reads as written
-    else if (name == "char") body = "[^\"\\\\\\x00-\\x1F\\x7F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )";
+    else if (name == "char")  // \u escapes of surrogates left out: a lone one is not valid JSON
+      body = "[^\"\\\\\\x00-\\x1F\\x7F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" ( [0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | "
+             "[dD] [0-7] [0-9a-fA-F]{2} ) )";
     else if (name == "string") body = "\"\\\"\" " + primitive("char") + "* \"\\\"\" " + primitive("ws");
     else if (name == "boolean") body = "( \"true\" | \"false\" ) " + primitive("ws");
     else if (name == "null") body = "\"null\" " + primitive("ws");
@@ -843,14 +847,14 @@ class Converter {
 
   // lo..hi of a count pair, hi clamped to kMaxRepeat (fewer is still valid),
   // lo beyond it refused.
-  std::pair<int64_t, int64_t> bounds(const json& s, const char* min_key, const char* max_key, const std::string& at,
-                                     int64_t unbounded) {
+  // hi -1: unbounded.
+  std::pair<int64_t, int64_t> bounds(const json& s, const char* min_key, const char* max_key, const std::string& at) {
     const int64_t lo = count(s, min_key, at).value_or(0);
-    int64_t hi = count(s, max_key, at).value_or(unbounded);
+    int64_t hi = count(s, max_key, at).value_or(-1);
     if (lo > Limits::kMaxRepeat)
       fail("'" + std::string(min_key) + "' above " + std::to_string(Limits::kMaxRepeat), at + "/" + min_key);
     if (hi >= 0 && hi < lo) fail("'" + std::string(max_key) + "' below '" + min_key + "'", at + "/" + max_key);
-    if (hi > Limits::kMaxRepeat) hi = unbounded < 0 ? -1 : Limits::kMaxRepeat;
+    if (hi > Limits::kMaxRepeat) hi = Limits::kMaxRepeat;
     return {lo, hi};
   }
 
@@ -865,7 +869,7 @@ class Converter {
       return pattern(s["pattern"], at + "/pattern");
     }
     if (!lengths) return primitive("string");
-    const auto [lo, hi] = bounds(s, "minLength", "maxLength", at, -1);
+    const auto [lo, hi] = bounds(s, "minLength", "maxLength", at);
     return "\"\\\"\" " + repeat(primitive("char"), lo, hi) + " \"\\\"\" " + ws();
   }
 
@@ -1014,7 +1018,7 @@ class Converter {
     } else if (!tuple) {
       rest = primitive("value");
     }
-    auto [lo, hi] = bounds(s, "minItems", "maxItems", at, -1);
+    auto [lo, hi] = bounds(s, "minItems", "maxItems", at);
     const int64_t k = static_cast<int64_t>(prefix.size());
     if (!rest) hi = hi < 0 ? k : std::min(hi, k);
     if (lo > (hi < 0 ? INT64_MAX : hi)) fail("'minItems' above the items the array may hold", at);

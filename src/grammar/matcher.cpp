@@ -12,7 +12,6 @@
 #include <cmath>
 #include <limits>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "lumen/grammar/grammar.h"
 
@@ -35,6 +34,52 @@ struct VectorHash {
     for (uint32_t x : v) h = (h ^ x) * 0x100000001b3ull;
     return static_cast<size_t>(h);
   }
+};
+
+// The (position, parent) pairs one expansion has visited: open addressing
+// with a generation stamp, so clearing is O(1) and nothing is allocated per
+// transition once the table has grown.
+class VisitedSet {
+ public:
+  void clear() {
+    if (++stamp_ == 0) {  // the stamps wrapped: really clear
+      std::fill(stamps_.begin(), stamps_.end(), 0u);
+      stamp_ = 1;
+    }
+    size_ = 0;
+  }
+  // false when already present
+  bool insert(uint64_t key) {
+    if (2 * (size_ + 1) > keys_.size()) grow();
+    const size_t mask = keys_.size() - 1;
+    for (size_t i = hash(key) & mask;; i = (i + 1) & mask) {
+      if (stamps_[i] != stamp_) {
+        stamps_[i] = stamp_;
+        keys_[i] = key;
+        ++size_;
+        return true;
+      }
+      if (keys_[i] == key) return false;
+    }
+  }
+
+ private:
+  static size_t hash(uint64_t k) { return static_cast<size_t>((k * 0x9E3779B97F4A7C15ull) >> 20); }
+  void grow() {
+    std::vector<uint64_t> old_keys = std::move(keys_);
+    std::vector<uint32_t> old_stamps = std::move(stamps_);
+    const uint32_t old_stamp = stamp_;
+    keys_.assign(std::max<size_t>(64, old_keys.size() * 2), 0);
+    stamps_.assign(keys_.size(), 0);
+    stamp_ = 1;
+    size_ = 0;
+    for (size_t i = 0; i < old_keys.size(); ++i)
+      if (old_stamps[i] == old_stamp) insert(old_keys[i]);
+  }
+  std::vector<uint64_t> keys_;
+  std::vector<uint32_t> stamps_;
+  uint32_t stamp_ = 1;
+  size_t size_ = 0;
 };
 
 }  // namespace
@@ -62,7 +107,7 @@ struct Matcher::Engine {
 
   // Scratch of expand() and the mask walk.
   std::vector<std::pair<uint32_t, uint32_t>> work;
-  std::unordered_set<uint64_t> seen;
+  VisitedSet seen;
   std::vector<uint32_t> out;
   std::vector<int32_t> at_depth;
 
@@ -93,12 +138,12 @@ struct Matcher::Engine {
 
   uint32_t intern_node(uint32_t pos, uint32_t parent) {
     const uint64_t key = (static_cast<uint64_t>(pos) << 32) | parent;
-    auto [it, inserted] = node_ids.emplace(key, static_cast<uint32_t>(node_pos.size()));
-    if (inserted) {
-      node_pos.push_back(pos);
-      node_parent.push_back(parent);
-    }
-    return it->second;
+    if (auto it = node_ids.find(key); it != node_ids.end()) return it->second;
+    const auto id = static_cast<uint32_t>(node_pos.size());
+    node_ids.emplace(key, id);
+    node_pos.push_back(pos);
+    node_parent.push_back(parent);
+    return id;
   }
 
   // Adds to `out` every stack that continues at element `pos` over `parent`,
@@ -110,7 +155,7 @@ struct Matcher::Engine {
     while (!work.empty()) {
       auto [p, below] = work.back();
       work.pop_back();
-      if (!seen.insert((static_cast<uint64_t>(p) << 32) | below).second) continue;
+      if (!seen.insert((static_cast<uint64_t>(p) << 32) | below)) continue;
       const Element& e = el[p];
       if (e.kind == Element::Kind::End) {
         if (below == kEmpty)
@@ -237,13 +282,24 @@ Matcher::~Matcher() = default;
 size_t Matcher::mask(std::span<float> logits) {
   const std::vector<uint64_t>& bits = engine_->mask_of(engine_->current);
   const size_t n_vocab = static_cast<size_t>(engine_->vocab->n_vocab());
+  const size_t covered = std::min(logits.size(), n_vocab);
   size_t allowed = 0;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (i < n_vocab && ((bits[i / 64] >> (i % 64)) & 1) != 0)
-      ++allowed;
-    else
-      logits[i] = -std::numeric_limits<float>::infinity();
+  // A word at a time: whole words of allowed tokens (a string's contents) are left alone.
+  for (size_t w = 0; w * 64 < covered; ++w) {
+    const size_t begin = w * 64, end = std::min(begin + 64, covered);
+    const uint64_t word = bits[w];
+    if (word == ~uint64_t{0} && end - begin == 64) {
+      allowed += 64;
+      continue;
+    }
+    for (size_t i = begin; i < end; ++i) {
+      if ((word >> (i - begin)) & 1)
+        ++allowed;
+      else
+        logits[i] = -std::numeric_limits<float>::infinity();
+    }
   }
+  for (size_t i = covered; i < logits.size(); ++i) logits[i] = -std::numeric_limits<float>::infinity();
   return allowed;
 }
 

@@ -250,7 +250,7 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view text, const Tokeniz
   g.ignore_eos = boolean(body, "ignore_eos", false);
   parse_constraints(body, g);
   if (auto schema = json_schema_constraint(text, body)) {
-    if (g.grammar) bad("'json_schema' and 'grammar' cannot both constrain the output");
+    if (g.grammar) bad("a JSON Schema and 'grammar' or response_format json_object cannot both constrain the output");
     g.grammar = std::move(schema);
   }
   constrain_to_call(r.tools, g);

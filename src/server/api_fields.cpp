@@ -48,7 +48,7 @@ const std::vector<RequestField> kFields = {
     {"prompt_cache_key", kChat, kHarmless,
      "a cache routing hint; a cached prefix never changes the output (batch invariance)"},
     {"prediction", kChat, kHarmless, "predicted output, a latency hint: the text is the model's whatever it says"},
-    {"response_format", kChat, kImplemented, "text, json_object or json_schema: constrained sampling"},
+    {"response_format", kBoth, kImplemented, "text, json_object or json_schema: constrained sampling"},
     {"tools", kChat, kImplemented, "functions the model may call"},
     {"tool_choice", kChat, kImplemented, "auto, none, required or a named function"},
     {"parallel_tool_calls", kChat, kImplemented, "several calls in one reply"},

@@ -38,7 +38,7 @@ bool matches(const std::shared_ptr<const Grammar>& g, std::string_view text) {
 
 struct Case {
   const char* schema;
-  std::vector<const char*> good, bad;
+  std::vector<std::string> good, bad;
 };
 
 // Every keyword; `good` texts must also validate, `bad` ones need not fail
@@ -46,7 +46,8 @@ struct Case {
 const std::vector<Case> kCases = {
     {R"({})", {R"({"a":[1,{"b":null}],"c":"\u00e9"})", R"("x")", "-1.5e3", "true"}, {"tru", "{,}"}},
     {R"(true)", {"null", "[]"}, {"nul"}},
-    {R"({"type":"string"})", {R"("")", R"("a\"b\\\n\u0041")", "\"\xC3\xA9\""}, {"\"\n\"", "\"a", "1"}},
+    {R"({"type":"string"})", {R"("")", R"("a\"b\\\n\u0041\uD7FF\uE000")", "\"\xC3\xA9\""},
+     {"\"\n\"", "\"a", "1", R"("\ud800")", R"("\uDFFF")"}},
     {R"({"type":"integer"})", {"0", "-7", "1234567890123456"}, {"01", "1.5", "-", "+1", "12345678901234567"}},
     {R"({"type":"number"})", {"0", "-0.25", "1e5", "2.5E-3"}, {".5", "1.", "1e", "00"}},
     {R"({"type":"boolean"})", {"true", "false"}, {"0", "True"}},
@@ -95,7 +96,7 @@ const std::vector<Case> kCases = {
     {R"({"type":"string","minLength":2,"maxLength":3})", {R"("ab")", R"("abc")", R"("\u00e9\n")", "\"\xC3\xA9\xC3\xA9\""},
      {R"("a")", R"("abcd")"}},
     {R"({"type":"string","minLength":1})", {R"("a")", R"("abcdefghij")"}, {R"("")"}},
-    {R"({"type":"string","maxLength":100000})", {R"("")", R"("abc")"}, {}},
+    {R"({"type":"string","maxLength":100000})", {R"("")", R"("abc")"}, {"\"" + std::string(1001, 'a') + "\""}},
     {R"({"type":"string","format":"date"})", {R"("2024-02-29")"}, {R"("2024-2-29")", R"("2024-13-01")"}},
     {R"({"type":"string","format":"time"})", {R"("23:59:59Z")", R"("01:02:03.5+05:30")"}, {R"("24:00:00Z")", R"("12:00:00")"}},
     {R"({"type":"string","format":"date-time"})", {R"("2024-01-31T12:00:00Z")"}, {R"("2024-01-31 12:00:00Z")"}},
@@ -130,11 +131,11 @@ TEST(JsonSchema, EveryKeywordMatchesWhatItShould) {
     const json schema = json::parse(c.schema);
     std::shared_ptr<const Grammar> g;
     ASSERT_NO_THROW(g = grammar_of(schema)) << c.schema << "\n" << json_schema_to_gbnf(schema);
-    for (const char* text : c.good) {
+    for (const std::string& text : c.good) {
       EXPECT_TRUE(matches(g, text)) << c.schema << " should match " << text << "\n" << json_schema_to_gbnf(schema);
       EXPECT_EQ(testing::json_schema_violation(json::parse(text), schema), "") << c.schema << " " << text;
     }
-    for (const char* text : c.bad)
+    for (const std::string& text : c.bad)
       EXPECT_FALSE(matches(g, text)) << c.schema << " should not match " << text << "\n" << json_schema_to_gbnf(schema);
   }
 }

@@ -394,6 +394,71 @@ json tool_chat() {
   return body;
 }
 
+// Constrained output (docs/server.md, "Constrained output"): llama-server's
+// `grammar` and response_format json_object, whole and streamed (the same
+// text), a complete match whenever finish is "stop"; bad constraints are 400s
+// naming the field.
+TEST_F(Http, GrammarAndJsonObjectConstrainTheOutput) {
+  const std::string gbnf = "root ::= (\"yes\" | \"no\") \", because \" [a-z ]{1,12} \".\"";
+  json body = {{"prompt", kPrompts[2]}, {"max_tokens", 30}, {"temperature", 0}, {"grammar", gbnf}};
+  json whole = post_json("/v1/completions", body);
+  const std::string text = whole["choices"][0]["text"];
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "stop") << text;
+  EXPECT_TRUE(text.starts_with("yes, because ") || text.starts_with("no, because ")) << text;
+  EXPECT_TRUE(text.ends_with(".")) << text;
+  body["stream"] = true;
+  auto r = post("/v1/completions", body.dump());
+  ASSERT_TRUE(r);
+  std::string streamed;
+  for (size_t at = 0; (at = r->body.find("data: {", at)) != std::string::npos; ++at)
+    streamed += json::parse(r->body.substr(at + 6, r->body.find("\n\n", at) - at - 6))["choices"][0]["text"].get<std::string>();
+  EXPECT_EQ(streamed, text);
+
+  for (bool stream : {false, true})
+    for (uint64_t seed : {1, 2, 3}) {
+      json chat = {{"messages", {{{"role", "user"}, {"content", "Answer in JSON."}}}},
+                   {"max_tokens", 48}, {"seed", seed}, {"temperature", 1.0}, {"stream", stream},
+                   {"response_format", {{"type", "json_object"}}}};
+      auto c = post("/v1/chat/completions", chat.dump());
+      ASSERT_TRUE(c);
+      ASSERT_EQ(c->status, 200) << c->body;
+      std::string content, finish;
+      if (!stream) {
+        const json j = json::parse(c->body);
+        content = j["choices"][0]["message"]["content"];
+        finish = j["choices"][0]["finish_reason"];
+      } else {
+        for (size_t at = 0; (at = c->body.find("data: {", at)) != std::string::npos; ++at) {
+          const json chunk = json::parse(c->body.substr(at + 6, c->body.find("\n\n", at) - at - 6));
+          const json& choice = chunk["choices"][0];
+          if (choice["delta"].contains("content")) content += choice["delta"]["content"].get<std::string>();
+          if (choice["finish_reason"].is_string()) finish = choice["finish_reason"];
+        }
+      }
+      EXPECT_TRUE(finish == "stop" || finish == "length") << finish;
+      EXPECT_TRUE(content.starts_with("{")) << content;
+      if (finish == "stop") {
+        EXPECT_TRUE(json::parse(content, nullptr, false).is_object()) << content;
+      }
+    }
+  json text_format = {{"prompt", "x"}, {"max_tokens", 2}, {"response_format", {{"type", "text"}}}};
+  EXPECT_EQ(post("/v1/completions", text_format.dump())->status, 200);
+
+  expect_error("/v1/completions", json{{"prompt", "x"}, {"grammar", 5}}.dump(), 400, "'grammar'");
+  expect_error("/v1/completions", json{{"prompt", "x"}, {"grammar", "root ::= \"a\" |\n  ( \"b\""}}.dump(), 400,
+               "'grammar' is not a valid grammar: 2:8: expected ')'");
+  expect_error("/v1/completions", json{{"prompt", "x"}, {"grammar", "root ::= \"a\" root"}}.dump(), 400, "matches nothing");
+  const std::string deep = "root ::= " + std::string(10000, '(') + "\"a\"" + std::string(10000, ')');
+  expect_error("/v1/completions", json{{"prompt", "x"}, {"grammar", deep}}.dump(), 400, "nested deeper");
+  expect_error("/v1/completions", json{{"prompt", "x"}, {"response_format", "json"}}.dump(), 400, "'response_format'");
+  expect_error("/v1/completions", json{{"prompt", "x"}, {"response_format", {{"type", "yaml"}}}}.dump(), 400,
+               "'response_format.type'");
+  expect_error("/v1/completions",
+               json{{"prompt", "x"}, {"grammar", "root ::= \"a\""}, {"response_format", {{"type", "json_object"}}}}.dump(),
+               400, "cannot both");
+  EXPECT_GE(metric_value(server_->port, "lumen_requests_constrained_total"), 8);
+}
+
 // A third of the flood streams a chat constrained by a JSON Schema and a
 // third a forced tool call, cut short by max_tokens: every stream ends with
 // [DONE] and the server serves the next request.

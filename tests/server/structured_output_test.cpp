@@ -218,6 +218,16 @@ TEST_F(StructuredOutput, BadSchemasAndShapesAre400NamingTheField) {
                "'response_format.json_schema.strict'");
   expect_error(chat_path, chat({{"type", "json_schema"}, {"json_schema", {{"name", 7}}}}),
                "'response_format.json_schema.name'");
+  expect_error(chat_path, chat({{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"description", 1}}}}),
+               "'response_format.json_schema.description' must be a string");
+  expect_error(chat_path, chat({{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schemas", json::object()}}}}),
+               "'response_format.json_schema.schemas' is not a field of it");
+  expect_error(chat_path,
+               json{{"messages", messages},
+                    {"json_schema", json::object()},
+                    {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}}}}
+                   .dump(),
+               "'json_schema' and 'response_format' cannot both constrain");
   expect_error(chat_path,
                chat({{"type", "json_schema"},
                      {"json_schema", {{"name", "x"}, {"schema", {{"type", "object"}, {"minProperties", 1}}}}}}),

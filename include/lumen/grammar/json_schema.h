@@ -12,8 +12,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "lumen/grammar/grammar.h"
-
 namespace lumen::grammar {
 
 // One line naming the keyword and its JSON pointer, e.g.
