@@ -48,6 +48,7 @@ class VisitedSet {
     }
     size_ = 0;
   }
+  size_t size() const { return size_; }
   // false when already present
   bool insert(uint64_t key) {
     if (2 * (size_ + 1) > keys_.size()) grow();
@@ -148,11 +149,12 @@ struct Matcher::Engine {
 
   // Adds to `out` every stack that continues at element `pos` over `parent`,
   // with rule references at the top expanded into their alternatives and
-  // finished alternatives popped. Terminates: the grammar has no left recursion.
+  // finished alternatives popped. Terminates: the grammar has no left
+  // recursion (and kMaxExpansion bounds the work).
   void expand(uint32_t pos, uint32_t parent) {
     const std::span<const Element> el = grammar->elements();
     work.emplace_back(pos, parent);
-    while (!work.empty()) {
+    while (!work.empty() && seen.size() < kMaxExpansion) {
       auto [p, below] = work.back();
       work.pop_back();
       if (!seen.insert((static_cast<uint64_t>(p) << 32) | below)) continue;
@@ -171,6 +173,7 @@ struct Matcher::Engine {
         for (uint32_t start : grammar->alternatives(e.value)) work.emplace_back(start, next);
       }
     }
+    work.clear();  // what the bound cut off
   }
 
   int32_t intern_state() {

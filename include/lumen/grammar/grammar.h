@@ -39,6 +39,9 @@ inline constexpr int64_t kMaxRepetition = 10000;        // m and n of {m,n}
 // A state keeps at most this many stacks (an ambiguous grammar can make more);
 // dropping some only forgoes continuations, every kept stack still completes.
 inline constexpr size_t kMaxStacks = 1024;
+// Likewise, one transition expands at most this many (position, stack) pairs,
+// so a pathologically ambiguous grammar costs bounded time per byte.
+inline constexpr size_t kMaxExpansion = 1 << 16;
 
 class Matcher;
 
