@@ -251,8 +251,8 @@ TEST_F(Surface, LogitBiasForcesAndForbidsAndKeepsBatchInvariance) {
 // The request-field table answers at the routes.
 TEST_F(Surface, FieldsThatWouldChangeTheAnswerAreRefused) {
   expect_400("/v1/chat/completions",
-             json{{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"response_format", {{"type", "json_object"}}}}.dump(),
-             "'response_format' is not supported");
+             json{{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"functions", {{{"name", "f"}}}}}.dump(),
+             "'functions' is not supported");
   expect_400("/v1/completions", json{{"prompt", "x"}, {"mirostat", 2}}.dump(), "'mirostat' other than 0 is not supported");
   expect_400("/v1/completions", json{{"prompt", "x"}, {"best_of", 3}}.dump(), "'best_of' other than 1 is not supported");
   expect_400("/completions", json{{"prompt", "x"}, {"temprature", 0}}.dump(),

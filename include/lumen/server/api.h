@@ -47,7 +47,7 @@ nlohmann::json parse_json_body(std::string_view body);
 // Parses and checks a request body; throws ApiError (status 400). `n` may
 // ask for up to `max_choices` choices (the server's parallel slots).
 ApiRequest parse_request(Endpoint endpoint, std::string_view body, const Tokenizer& tokenizer,
-                         const chat::ChatTemplate& chat_template, int64_t n_ctx, int max_choices);
+                         const chat::ChatTemplate& chat_template, int64_t n_ctx, int max_choices = 1);
 
 // The one place messages become prompt text: the model's chat template (as
 // lumen-run --chat), given the request's whole message array (tool calls and
