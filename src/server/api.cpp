@@ -225,6 +225,7 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view text, const Tokeniz
     // Parsed again keeping key order: templates print tools and tool-call arguments as given.
     const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(text);
     r.tools = parse_tool_fields(ordered, tool_syntax_of(chat_template.source()));
+    if (r.tools.parses_output()) g.shown_control = marker_tokens(r.tools.syntax, tokenizer);
     r.prompt_text = messages_prompt_text(ordered, chat_template, r.tools.tools);
     g.prompt = tokenizer.encode_prompt(r.prompt_text);
     r.logprobs = boolean(body, "logprobs", false);

@@ -273,6 +273,17 @@ ToolSyntax tool_syntax_of(std::string_view source) {
   return ToolSyntax::Json;
 }
 
+std::vector<int32_t> marker_tokens(ToolSyntax syntax, const Tokenizer& tokenizer) {
+  std::vector<int32_t> ids;
+  const Marker m = marker_of(syntax);
+  for (std::string_view marker : {m.open, m.close}) {
+    if (marker.empty()) continue;
+    const std::optional<int32_t> id = tokenizer.find_token(marker);
+    if (id && tokenizer.token_type(*id) == TokenType::Control) ids.push_back(*id);
+  }
+  return ids;
+}
+
 const char* tool_syntax_name(ToolSyntax syntax) {
   switch (syntax) {
     case ToolSyntax::Hermes: return "hermes";

@@ -325,8 +325,9 @@ void Scheduler::emit(Sequence& seq, std::span<const float> logits, int64_t& gene
   ev.kind = Event::Kind::Token;
   ev.choice = seq.choice;
   ev.token = p.top_logprobs >= 0 ? token_logprob(logits, id, p.top_logprobs) : TokenLogprob{id, std::nullopt, {}};
+  const bool shown = std::find(p.shown_control.begin(), p.shown_control.end(), id) != p.shown_control.end();
   if (seq.matcher) {
-    const std::string bytes = tokenizer_.token_text(id);
+    const std::string bytes = tokenizer_.token_text(id, shown);
     std::vector<bool> accepting_after;
     for (char c : bytes) {
       const bool allowed_byte = seq.matcher->accept_bytes(std::string_view(&c, 1));
@@ -335,7 +336,7 @@ void Scheduler::emit(Sequence& seq, std::span<const float> logits, int64_t& gene
     }
     ev.text = seq.constrained->push(bytes, accepting_after);
   } else {
-    ev.text = seq.streamer.push(tokenizer_.token_text(id));
+    ev.text = seq.streamer.push(tokenizer_.token_text(id, shown));
   }
   seq.output.push_back(id);
   ++seq.generated;

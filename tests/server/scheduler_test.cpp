@@ -229,6 +229,24 @@ TEST_F(SchedulerTest, StopStringEndsGenerationWithoutShowingIt) {
   EXPECT_EQ(stopped.text, first.text.substr(0, first.text.find(stop)));
 }
 
+// A control token shows as nothing unless the request lists it (a tool-call
+// syntax's marker): forced by a bias, <|im_start|> shows only when listed.
+TEST_F(SchedulerTest, ShownControlTokensAppearInTheText) {
+  make(1);
+  const std::optional<int32_t> im_start = tokenizer_->find_token("<|im_start|>");
+  ASSERT_TRUE(im_start);
+  ASSERT_EQ(tokenizer_->token_type(*im_start), TokenType::Control);
+  GenerationParams p = greedy(kPrompts[0], 2);
+  p.sampling.logit_bias = {{*im_start, static_cast<float>(kMaxLogitBias)}};
+  const Outcome hidden = finish({scheduler_->submit(p)})[0];
+  ASSERT_EQ(hidden.tokens, (std::vector<int32_t>{*im_start, *im_start}));
+  EXPECT_EQ(hidden.text, "");
+  p.shown_control = {*im_start};
+  const Outcome shown = finish({scheduler_->submit(p)})[0];
+  EXPECT_EQ(shown.tokens, hidden.tokens);
+  EXPECT_EQ(shown.text, "<|im_start|><|im_start|>");
+}
+
 TEST_F(SchedulerTest, StopRefusesNewRequestsAndCancelsTheRest) {
   make(1);
   auto a = scheduler_->submit(greedy("Hello", 200));

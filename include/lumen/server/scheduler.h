@@ -51,6 +51,9 @@ struct GenerationParams {
   // end-of-generation token only where it is a complete match, and the
   // sequence stops as soon as the match cannot grow.
   std::shared_ptr<const grammar::Grammar> grammar;
+  // Control tokens whose text the reply shows (a tool-call syntax's markers,
+  // such as Mistral's [TOOL_CALLS]); other control tokens show as nothing.
+  std::vector<int32_t> shown_control;
 };
 
 // A token with its log-probability under the model (log-softmax of the raw

@@ -25,6 +25,10 @@ enum class ToolSyntax {
   Json,     // any other template: the reply is a call object {"name", "arguments"} or an array of them
 };
 ToolSyntax tool_syntax_of(std::string_view chat_template_source);
+// The vocabulary's control tokens that spell the syntax's markers
+// (GenerationParams::shown_control): the reply shows their text, so a real
+// model's [TOOL_CALLS] or <|python_tag|> token reaches the parser.
+std::vector<int32_t> marker_tokens(ToolSyntax syntax, const Tokenizer& tokenizer);
 const char* tool_syntax_name(ToolSyntax syntax);
 
 enum class ToolChoice { Auto, None, Required, Named };
