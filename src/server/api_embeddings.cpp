@@ -79,13 +79,7 @@ std::vector<int32_t> embedding_tokens(const Tokenizer& tokenizer, std::string_vi
 
 EmbeddingRequest parse_embedding_request(std::string_view text, const Tokenizer& tokenizer, int64_t n_ctx,
                                          int64_t n_embd) {
-  json body;
-  try {
-    body = json::parse(text);
-  } catch (const json::parse_error& e) {
-    bad(std::string("the body is not valid JSON: ") + e.what(), "invalid_json");
-  }
-  if (!body.is_object()) bad("the body must be a JSON object", "invalid_type");
+  const json body = parse_json_body(text);
   for (const auto& [key, value] : body.items())
     if (std::find(std::begin(kFields), std::end(kFields), key) == std::end(kFields))
       bad("'" + key + "' is not supported by /v1/embeddings", "unsupported_field");
