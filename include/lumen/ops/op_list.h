@@ -47,12 +47,26 @@
 //   in_dsl       may be written in the DSL (act_q8 is made by a pass)
 // Q8_0's and ActQ8's blocks are the kernels' (the runtime static_asserts them); a
 // file type's block is also the GGUF reader's (TypeList test in tests/runtime).
-#define LUMEN_DTYPES(X)                                \
-  X(F32, "f32", 0, 1, 4, true, true, true)             \
-  X(F16, "f16", 1, 1, 2, true, false, true)            \
-  X(Q8_0, "q8_0", 8, 32, 34, true, false, true)        \
-  X(ActQ8, "act_q8", -1, 32, 40, false, true, false)   \
-  X(I32, "i32", 26, 1, 4, false, true, true)
+// The weight types are ggml's (ggml-common.h; include/lumen/quant/blocks.h
+// has their block structs); the order of rows is the enumerators' only.
+#define LUMEN_DTYPES(X)                                  \
+  X(F32, "f32", 0, 1, 4, true, true, true)               \
+  X(F16, "f16", 1, 1, 2, true, false, true)              \
+  X(Q8_0, "q8_0", 8, 32, 34, true, false, true)          \
+  X(ActQ8, "act_q8", -1, 32, 40, false, true, false)     \
+  X(I32, "i32", 26, 1, 4, false, true, true)             \
+  X(BF16, "bf16", 30, 1, 2, true, false, true)           \
+  X(Q4_0, "q4_0", 2, 32, 18, true, false, true)          \
+  X(Q4_1, "q4_1", 3, 32, 20, true, false, true)          \
+  X(Q5_0, "q5_0", 6, 32, 22, true, false, true)          \
+  X(Q5_1, "q5_1", 7, 32, 24, true, false, true)          \
+  X(Q2_K, "q2_k", 10, 256, 84, true, false, true)        \
+  X(Q3_K, "q3_k", 11, 256, 110, true, false, true)       \
+  X(Q4_K, "q4_k", 12, 256, 144, true, false, true)       \
+  X(Q5_K, "q5_k", 13, 256, 176, true, false, true)       \
+  X(Q6_K, "q6_k", 14, 256, 210, true, false, true)       \
+  X(IQ4_NL, "iq4_nl", 20, 32, 18, true, false, true)     \
+  X(IQ4_XS, "iq4_xs", 23, 256, 136, true, false, true)
 
 // X(Id, name): what a matmul adds to x · Wᵀ. The order is model.so's ABI
 // (its kernel table stores the enumerator's value).
