@@ -68,12 +68,6 @@ bool is_valid(const KernelId& k, std::string* why) {
 
 bool fits(const KernelId& k, Isa isa, std::string* why) {
   if (!is_valid(k, why)) return false;
-  bool runs = k.weight == DType::Q8_0;
-  for (const ops::DTypeRow& t : ops::kDTypes) runs = runs || (t.weight && packed_format(t.id, isa) == k.weight);
-  if (!runs) {
-    if (why) *why = std::string("no weight type runs as ") + to_string(k.weight) + " on " + to_string(isa);
-    return false;
-  }
   if (k.kind != KernelKind::Gemm) return true;
   const int64_t packed_groups = k.tile_m / kPackRows * (k.epilogue == Epilogue::SiluMul ? 2 : 1);
   if (gemm_tile_fits(isa, packed_groups, k.tile_n)) return true;

@@ -162,9 +162,9 @@ std::optional<KernelId> parse_kernel_id(std::string_view text, std::string* why 
 // Whether `k` is a kernel at all (tile bounds; a Gemv's or Batch's tile is the
 // fixed one; the weight a packed format, Q8_0 for a Gemm).
 bool is_valid(const KernelId& k, std::string* why = nullptr);
-// Whether codegen can generate `k` for `isa`: it is_valid, a Gemm's tile
-// fits the ISA's registers (target/kernel_registers.h), and its weight format
-// is one a weight type runs in on the ISA (Q8_0, or packed_format(w, isa) == w).
+// Whether codegen can generate `k` for `isa`: it is_valid (every packed
+// format has kernels on every ISA), and a Gemm's tile fits the ISA's
+// registers (target/kernel_registers.h).
 bool fits(const KernelId& k, Isa isa, std::string* why = nullptr);
 // An assembler symbol for `k` ("lumen_gemm_bias_m48n4"): emitted model.so
 // names its kernels with it, so profilers and disassemblers show them.

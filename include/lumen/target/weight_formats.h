@@ -4,13 +4,18 @@
 // generates a kernel per format it answers.
 #pragma once
 
+#include <cstdint>
+
 #include "lumen/ops/op_list.h"
 #include "lumen/target/isa.h"
+#include "lumen/target/packed_4bit.h"
+#include "lumen/target/packed_q8_0.h"
 
 namespace lumen {
 
-// The packed layouts the generated kernels stream (packed_q8_0.h).
-inline constexpr ops::DType kPackedFormats[] = {ops::DType::Q8_0};
+// The packed layouts the generated kernels stream (packed_q8_0.h,
+// packed_4bit.h).
+inline constexpr ops::DType kPackedFormats[] = {ops::DType::Q8_0, ops::DType::Q4_0, ops::DType::Q5_0};
 
 // Whether `format` is one of kPackedFormats.
 constexpr bool is_packed_format(ops::DType format) {
@@ -18,6 +23,20 @@ constexpr bool is_packed_format(ops::DType format) {
     if (f == format) return true;
   return false;
 }
+
+// Bytes of one 32-block of a 16-row group in packed `format` (0 for a type
+// that is not a packed format).
+constexpr int64_t packed_block_bytes(ops::DType format) {
+  switch (format) {
+    case ops::DType::Q8_0: return kPackedBlockBytes;
+    case ops::DType::Q4_0: return kPackedQ4_0BlockBytes;
+    case ops::DType::Q5_0: return kPackedQ5_0BlockBytes;
+    default: return 0;
+  }
+}
+
+// Bytes of a rows x k matrix in packed `format`, rows padded up to the group.
+int64_t packed_bytes(ops::DType format, int64_t rows, int64_t k);
 
 // The packed format in which a matmul weight of type `weight` runs on `isa`:
 // the type's own layout where it has native kernels there, else Q8_0 (the
