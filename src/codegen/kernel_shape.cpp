@@ -4,6 +4,7 @@
 #include "lumen/codegen/kernel_support.h"
 #include "lumen/common/internal_error.h"
 #include "lumen/target/packed_q8_0.h"
+#include "lumen/target/weight_formats.h"
 
 namespace lumen::codegen {
 
@@ -20,7 +21,7 @@ KernelShape kernel_shape(Isa isa, const program::KernelId& kernel) {
     shape.groups = std::max<int64_t>(1, std::min(kGemvPackedGroups, max_accumulators(isa) / halves) / mult);
     // Four blocks ahead on every weight stream: end to end decode at 1 and 2
     // threads gained 4-5% over no software prefetch (docs/kernels.md).
-    shape.prefetch_bytes = 4 * kPackedBlockBytes;
+    shape.prefetch_bytes = 4 * packed_block_bytes(kernel.weight);
     return shape;
   }
   if (kernel.kind == program::KernelKind::Batch) {
@@ -29,11 +30,16 @@ KernelShape kernel_shape(Isa isa, const program::KernelId& kernel) {
     // int ones fill the registers. Two packed groups (gate and up for
     // SiluMul; one on AVX2, whose 11 int registers would leave 2 tokens).
     shape.fp32_acc_in_memory = true;
-    shape.prefetch_bytes = 4 * kPackedBlockBytes;
+    shape.prefetch_bytes = 4 * packed_block_bytes(kernel.weight);
     shape.groups = isa == Isa::Avx2 ? 1 : std::max<int64_t>(1, 2 / mult);
     const int64_t max_tokens = std::min(max_tile_tokens(isa), program::KernelId::kBatchMaxTokens);
     shape.tokens = std::max<int64_t>(
         1, std::min(max_tokens, max_int_accumulators(isa) / (shape.groups * mult * halves)));
+    // AVX-VNNI's Q5_0 kernels keep a register for the fifth bits beside the
+    // int accumulators and one x register per token (16 ymm in all).
+    if (isa == Isa::AvxVnni && kernel.weight == ops::DType::Q5_0) {
+      shape.tokens = std::max<int64_t>(1, std::min(shape.tokens, 14 / (shape.groups * mult * halves + 1)));
+    }
     return shape;
   }
   // A GEMM runs its id's tile, which the schedule picked to fit (fits() above).

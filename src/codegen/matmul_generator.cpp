@@ -20,6 +20,13 @@
 //   avx-vnni:    VEX vpdpbusd on the two ymm halves, w+128 as avx512-vnni; no
 //                embedded broadcast in VEX, so each activation dword is
 //                broadcast once into a register for every group and half.
+// Q4_0 and Q5_0 weights (packed_4bit.h) are unsigned quants q with an offset:
+// each 4-k step takes a nibble half of a 64-byte vector (vpsrlw, vpand; Q5_0
+// adds its fifth bits: a kmovq mask and a masked vpaddb of 16 on AVX-512, a
+// vpshufb/vpand/vpcmpeqb expansion of the mask dword on the ymm ISAs), then
+// vpdpbusd (VNNI) or vpmaddubsw + vpmaddwd (u8 q x s8 x, no sign trick). The
+// offset folds into the accumulator's start: -8*sum(x) = ActBlock::sum / 16,
+// -16*sum(x) = ActBlock::sum / 8.
 #include <xbyak/xbyak.h>
 
 #include <bit>
@@ -30,6 +37,7 @@
 #include "lumen/codegen/codegen.h"
 #include "lumen/common/internal_error.h"
 #include "lumen/codegen/kernel_support.h"
+#include "lumen/target/weight_formats.h"
 
 namespace lumen::codegen {
 namespace {
@@ -58,6 +66,10 @@ constexpr int kMg = 0, kNt = 8, kGroupsTotal = 16, kGroupStride = 24, kTileStrid
 
 // Constants for SiLU, each replicated over 16 lanes (64 bytes).
 enum Const { kSignMask, kExpHi, kExpLo, kLog2e, kLn2Hi, kLn2Lo, kP0, kP1, kP2, kP3, kP4, kP5, kOne, kNumConsts };
+// Byte constants of the 4-bit formats (64 bytes each), emitted only for them:
+// the nibble mask, 16 (Q5_0's fifth bit), and the ymm expansion of a mask
+// dword to bytes (vpshufb indices, then the bit each byte tests).
+enum NibbleConst { kNibbleMask, kSixteen, kBitShuffle, kBitSelect, kNumNibbleConsts };
 
 class MatMulGenerator : public CodeGenerator {
  public:
@@ -68,10 +80,17 @@ class MatMulGenerator : public CodeGenerator {
     halves_ = int(vectors_per_group(isa));
     mult_ = kernel.epilogue == Epilogue::SiluMul ? 2 : 1;
     facc_mem_ = shape.fp32_acc_in_memory;
+    format_ = kernel.weight;
+    nibbles_ = format_ != ops::DType::Q8_0;
+    block_bytes_ = int(packed_block_bytes(format_));
+    LUMEN_ASSERT(block_bytes_ > 0, "matmul kernel: not a packed format");
     // kernel_shape() gives only tiles that fit; the benchmark's explicit
     // shapes must fit too.
     LUMEN_ASSERT(tile_fits(isa, shape.groups * mult_, shape.tokens, facc_mem_),
                  "matmul kernel shape does not fit the register file");
+    // The ymm Q5_0 kernels need one more temporary (high_bits()).
+    LUMEN_ASSERT(format_ != ops::DType::Q5_0 || !is_ymm_isa(isa) || high_bits().getIdx() < 16,
+                 "matmul kernel shape leaves no register for the Q5_0 bits");
     generate();
   }
 
@@ -103,6 +122,9 @@ class MatMulGenerator : public CodeGenerator {
     return isa_ == Isa::Avx512Vnni && pc > 1 && acc_regs() + 4 + tc <= 32;
   }
   Xmm x_reg(int t) const { return vec(acc_regs() + (isa_ == Isa::AvxVnni ? 1 : 4) + t); }
+  // The ymm Q5_0 kernels expand the fifth bits here: after the x registers
+  // (AVX-VNNI) or in the zero() slot, which only AVX-512 uses.
+  Xmm high_bits() const { return vec(isa_ == Isa::AvxVnni ? acc_regs() + 1 + int(shape_.tokens) : acc_regs() + 5); }
 
   // Pointer registers: the packed groups of a body take the first ones, its
   // tokens the next ones (a GEMV has 1 token, so it can stream 8 groups).
@@ -114,6 +136,7 @@ class MatMulGenerator : public CodeGenerator {
   const Reg64& xoff_ = rcx;
 
   Address cst(Const c) { return ptr[rip + consts_ + 64 * int(c)]; }
+  Address nib_cst(NibbleConst c) { return ptr[rip + nibble_consts_ + 64 * int(c)]; }
 
   // ----------------------------------------------------------- structure
   void generate() {
@@ -131,7 +154,7 @@ class MatMulGenerator : public CodeGenerator {
     shr(rax, 4);
     mov(qword[rsp + kGroupsTotal], rax);
     mov(rax, qword[args_ + kArgKBlocks]);
-    imul(rcx, rax, kPackedBlockBytes);
+    imul(rcx, rax, block_bytes_);
     mov(qword[rsp + kGroupStride], rcx);
     imul(rcx, rcx, mult_);
     mov(qword[rsp + kTileStride], rcx);
@@ -246,6 +269,15 @@ class MatMulGenerator : public CodeGenerator {
     }
     L(row_masks_);  // 8 x -1 then 8 x 0: loading at (8 - n) * 4 gives n leading ones
     for (int i = 0; i < 16; ++i) dd(i < 8 ? 0xFFFFFFFFu : 0u);
+    if (!nibbles_) return;
+    align(64);
+    L(nibble_consts_);
+    for (int i = 0; i < 64; ++i) db(0x0F);
+    for (int i = 0; i < 64; ++i) db(0x10);
+    // Byte b of a ymm half tests bit b of the mask dword: in 128-bit lane
+    // b / 16, byte b / 8 of the broadcast dword, then bit b % 8 of it.
+    for (int i = 0; i < 64; ++i) db(uint8_t((i % 32) / 8));
+    for (int i = 0; i < 64; ++i) db(uint8_t(1u << (i % 8)));
   }
 
   // One register tile: gc output groups x tc tokens at (kMg, kNt).
@@ -288,7 +320,7 @@ class MatMulGenerator : public CodeGenerator {
     jae(k_done, T_NEAR);
     L(k_loop);
     block_step(pc, tc, nacc);
-    add(woff_, kPackedBlockBytes);
+    add(woff_, block_bytes_);
     add(xoff_, sizeof(ActBlock));
     cmp(xoff_, qword[rsp + kKEnd]);
     jb(k_loop, T_NEAR);
@@ -318,7 +350,11 @@ class MatMulGenerator : public CodeGenerator {
       for (int h = 0; h < halves_; ++h) {
         for (int t = 0; t < tc; ++t) {
           const Xmm acc = vec(acc_index(tc, i, h, t));
-          if (vnni_) {
+          if (nibbles_) {
+            // sum(x*(q - offset)) = sum(x*q) + ActBlock::sum * offset / 128.
+            vpbroadcastd(acc, dword[token_ptr_[t] + xoff_ + offsetof(ActBlock, sum)]);
+            vpsrad(acc, acc, format_ == ops::DType::Q5_0 ? 3 : 4);
+          } else if (vnni_) {
             vpbroadcastd(acc, dword[token_ptr_[t] + xoff_ + offsetof(ActBlock, sum)]);
           } else {
             vpxor_all(acc);
@@ -335,13 +371,19 @@ class MatMulGenerator : public CodeGenerator {
     };
     if (shape_.prefetch_bytes > 0 && avx512_) {
       for (int i = 0; i < pc; ++i)
-        for (int line = 0; line < kPackedBlockBytes; line += 64)
+        for (int line = 0; line < block_bytes_; line += 64)
           prefetcht0(ptr[group_ptr_[i] + woff_ + int(shape_.prefetch_bytes) + line]);
     }
     for (int j = 0; j < kQ8Block / 4; ++j) {
       if (shape_.prefetch_bytes > 0 && !avx512_) {
-        prefetch_line(64 * j);
-        if (j == kQ8Block / 4 - 1) prefetch_line(kPackedBlockBytes - 32);  // the block's ninth line
+        if (64 * j < block_bytes_) prefetch_line(64 * j);
+        if (j == kQ8Block / 4 - 1 && block_bytes_ - 32 >= 64 * (j + 1)) {
+          prefetch_line(block_bytes_ - 32);  // Q8_0's ninth line
+        }
+      }
+      if (nibbles_) {
+        nibble_step(pc, tc, j);
+        continue;
       }
       const int qoff = int(kPackedScaleBytes) + 64 * j;
       const int xq = int(offsetof(ActBlock, qs)) + 4 * j;
@@ -414,6 +456,67 @@ class MatMulGenerator : public CodeGenerator {
             vmovups(facc_slot(a), vec(a));
           } else {
             vfmadd231ps(vec(nacc + a), vec(a), scale);
+          }
+        }
+      }
+    }
+  }
+
+  // The 4-k step j of a 4-bit format: the weight bytes of nibble half j % 2
+  // of vector j / 2 (plus Q5_0's fifth bits), times every token's dword j.
+  void nibble_step(int pc, int tc, int j) {
+    const int qoff = int(kPackedNibbleOffset) + 64 * (j / 2);
+    const int hoff = int(kPackedHighBitOffset) + 8 * j;
+    const int xq = int(offsetof(ActBlock, qs)) + 4 * j;
+    if (x_in_regs(pc, tc)) {
+      for (int t = 0; t < tc; ++t) vpbroadcastd(x_reg(t), ptr[token_ptr_[t] + xoff_ + xq]);
+    }
+    for (int i = 0; i < pc; ++i) {
+      for (int h = 0; h < halves_; ++h) {
+        const Xmm w = tmp_w();
+        const Address w_addr = ptr[group_ptr_[i] + woff_ + qoff + vec_bytes() * h];
+        if (avx512_) {
+          vmovdqu8(w, w_addr);
+        } else {
+          vmovdqu(w, w_addr);
+        }
+        if (j % 2) vpsrlw(w, w, 4);
+        if (avx512_) {
+          vpandd(w, w, nib_cst(kNibbleMask));
+        } else {
+          vpand(w, w, nib_cst(kNibbleMask));
+        }
+        if (format_ == ops::DType::Q5_0) {
+          if (avx512_) {
+            kmovq(k2, qword[group_ptr_[i] + woff_ + hoff]);
+            vpaddb(w | k2, w, nib_cst(kSixteen));
+          } else {
+            const Xmm hb = high_bits();
+            vpbroadcastd(hb, dword[group_ptr_[i] + woff_ + hoff + 4 * h]);
+            vpshufb(hb, hb, nib_cst(kBitShuffle));
+            vpand(hb, hb, nib_cst(kBitSelect));
+            vpcmpeqb(hb, hb, nib_cst(kBitSelect));
+            vpand(hb, hb, nib_cst(kSixteen));
+            vpor(w, w, hb);
+          }
+        }
+        for (int t = 0; t < tc; ++t) {
+          const Xmm acc = vec(acc_index(tc, i, h, t));
+          if (isa_ == Isa::AvxVnni) {
+            vpdpbusd(acc, w, x_reg(t), VexEncoding);
+          } else if (isa_ == Isa::Avx512Vnni) {
+            if (x_in_regs(pc, tc)) {
+              vpdpbusd(acc, w, x_reg(t));
+            } else {
+              vpdpbusd(acc, w, ptr_b[token_ptr_[t] + xoff_ + xq]);
+            }
+          } else {
+            // u8 q (< 32) x s8 x: vpmaddubsw cannot saturate (2*31*128 < 32768).
+            const Xmm sx = tmp_x();
+            vpbroadcastd(sx, ptr[token_ptr_[t] + xoff_ + xq]);
+            vpmaddubsw(sx, w, sx);
+            vpmaddwd(sx, sx, ones());
+            vpaddd(acc, acc, sx);
           }
         }
       }
@@ -556,7 +659,10 @@ class MatMulGenerator : public CodeGenerator {
   int halves_ = 1;
   int64_t mult_ = 1;
   bool facc_mem_ = false;
-  Label consts_, row_masks_;
+  ops::DType format_ = ops::DType::Q8_0;
+  bool nibbles_ = false;   // a 4-bit format (Q4_0, Q5_0)
+  int block_bytes_ = 0;    // packed_block_bytes(format_)
+  Label consts_, row_masks_, nibble_consts_;
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Disassembly spot check: the AVX-512 VNNI kernels really use zmm registers
-// and vpdpbusd, the AVX-512 ones zmm without VNNI, the AVX2 ones neither.
+// and vpdpbusd, the AVX-512 ones zmm without VNNI, the AVX2 ones neither; and
+// the Q5_0 kernels' fifth-bit expansion per ISA.
 // Uses binutils' objdump; skipped when it is not installed.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -57,6 +58,32 @@ TEST(Disassembly, KernelsUseTheirIsa) {
     EXPECT_EQ(avx_vnni.find("zmm"), std::string::npos) << name;
     EXPECT_EQ(avx_vnni.find("{k"), std::string::npos) << name;
     EXPECT_EQ(avx_vnni.find("vpmaddubsw"), std::string::npos) << name;
+  }
+}
+
+// The Q5_0 kernels: AVX-512 takes the fifth bits as a kmovq mask, the ymm
+// ISAs expand them with vpshufb (no zmm, no masks there).
+TEST(Disassembly, Q5_0KernelsUseTheirIsa) {
+  const std::string probe = disassemble({0xC3});
+  if (probe.find("ret") == std::string::npos) GTEST_SKIP() << "objdump not available";
+  for (const program::KernelId& kernel : {program::KernelId::gemv(program::Epilogue::None, ops::DType::Q5_0),
+                                          program::KernelId::batch(program::Epilogue::SiluMul, ops::DType::Q5_0)}) {
+    const std::string name = to_string(kernel);
+    const std::string vnni = disassemble(generate_matmul_kernel(Isa::Avx512Vnni, kernel));
+    EXPECT_NE(vnni.find("vpdpbusd"), std::string::npos) << name;
+    EXPECT_NE(vnni.find("kmovq"), std::string::npos) << name;
+    EXPECT_NE(vnni.find("zmm"), std::string::npos) << name;
+    const std::string avx512 = disassemble(generate_matmul_kernel(Isa::Avx512, kernel));
+    EXPECT_EQ(avx512.find("vpdpbusd"), std::string::npos) << name;
+    EXPECT_NE(avx512.find("vpmaddubsw"), std::string::npos) << name;
+    EXPECT_NE(avx512.find("kmovq"), std::string::npos) << name;
+    for (Isa isa : {Isa::Avx2, Isa::AvxVnni}) {
+      const std::string ymm = disassemble(generate_matmul_kernel(isa, kernel));
+      EXPECT_EQ(ymm.find("zmm"), std::string::npos) << name;
+      EXPECT_EQ(ymm.find("{k"), std::string::npos) << name;
+      EXPECT_NE(ymm.find("vpshufb"), std::string::npos) << name;
+      EXPECT_EQ(ymm.find("vpdpbusd") == std::string::npos, isa == Isa::Avx2) << name;
+    }
   }
 }
 

@@ -1,19 +1,46 @@
-// Which packed format the matmul kernels stream for a weight of each type on
-// each ISA: the one place that decides it (the binding packs into it, the
-// pack cache keys on it, the kernels read it).
+// Which packed format a weight type runs in on an ISA: the one place that
+// says it. The schedule names each matmul's kernels by it (program::KernelId's
+// `weight`), the runtime packs each weight in it at load time, and codegen
+// generates a kernel per format it answers.
 #pragma once
+
+#include <cstdint>
 
 #include "lumen/ops/op_list.h"
 #include "lumen/target/isa.h"
+#include "lumen/target/packed_4bit.h"
+#include "lumen/target/packed_q8_0.h"
 
 namespace lumen {
 
-enum class PackedFormat : uint8_t {
-  Q8_0,  // target/packed_q8_0.h; a weight of another type is requantized to Q8_0 at load time
-};
-const char* to_string(PackedFormat f);  // "q8_0"
+// The packed layouts the generated kernels stream (packed_q8_0.h,
+// packed_4bit.h).
+inline constexpr ops::DType kPackedFormats[] = {ops::DType::Q8_0, ops::DType::Q4_0, ops::DType::Q5_0};
 
-// The packed format of a matmul weight of type t (a weight type of the list) on isa.
-PackedFormat packed_format(ops::DType t, Isa isa);
+// Whether `format` is one of kPackedFormats.
+constexpr bool is_packed_format(ops::DType format) {
+  for (ops::DType f : kPackedFormats)
+    if (f == format) return true;
+  return false;
+}
+
+// Bytes of one 32-block of a 16-row group in packed `format` (0 for a type
+// that is not a packed format).
+constexpr int64_t packed_block_bytes(ops::DType format) {
+  switch (format) {
+    case ops::DType::Q8_0: return kPackedBlockBytes;
+    case ops::DType::Q4_0: return kPackedQ4_0BlockBytes;
+    case ops::DType::Q5_0: return kPackedQ5_0BlockBytes;
+    default: return 0;
+  }
+}
+
+// Bytes of a rows x k matrix in packed `format`, rows padded up to the group.
+int64_t packed_bytes(ops::DType format, int64_t rows, int64_t k);
+
+// The packed format in which a matmul weight of type `weight` runs on `isa`:
+// the type's own layout where it has native kernels there, else Q8_0 (the
+// weight is converted to Q8_0 once, at load time).
+ops::DType packed_format(ops::DType weight, Isa isa);
 
 }  // namespace lumen

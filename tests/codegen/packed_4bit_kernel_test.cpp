@@ -1,0 +1,257 @@
+// The Q4_0 and Q5_0 GEMV and batch kernels against a scalar
+// dequantize-then-dot reference (a transcription of ggml's
+// dequantize_row_q4_0/q5_0 below, in double), for every ISA this CPU runs,
+// every epilogue, odd block counts and row counts, N = 1..9; the batch
+// kernel's rows bit-identical to the GEMV's (batch invariance). Outputs are
+// poisoned first; the padding between output rows must stay poisoned.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "lumen/codegen/codegen.h"
+#include "lumen/target/kernel_abi.h"
+#include "lumen/target/weight_formats.h"
+#include "support/tolerances.h"
+
+namespace lumen::codegen {
+namespace {
+
+using ops::DType;
+using program::Epilogue;
+using program::KernelId;
+
+constexpr uint32_t kPoisonBits = 0x7FC0DEADu;
+constexpr Epilogue kAllEpilogues[] = {Epilogue::None, Epilogue::Bias, Epilogue::Residual, Epilogue::BiasResidual,
+                                      Epilogue::SiluMul};
+constexpr DType kFormats[] = {DType::Q4_0, DType::Q5_0};
+
+std::vector<Isa> runnable_isas() {
+  std::vector<Isa> isas;
+  for (Isa isa : kAllIsas) {
+    if ((cpu_features() & required_features(isa)) == required_features(isa)) isas.push_back(isa);
+  }
+  return isas;
+}
+
+const JitKernel& kernel(Isa isa, const KernelId& id) {
+  static std::map<std::pair<Isa, KernelId>, std::unique_ptr<JitKernel>> cache;
+  auto& slot = cache[{isa, id}];
+  if (!slot) slot = std::make_unique<JitKernel>(isa, id);
+  return *slot;
+}
+
+// ggml's dequantize_row_q4_0 / q5_0 (ggml-quants.c), one block.
+void dequantize_block(DType format, const uint8_t* block, float* y) {
+  uint16_t d16;
+  std::memcpy(&d16, block, 2);
+  const float d = f16_to_f32(d16);
+  if (format == DType::Q4_0) {
+    const uint8_t* qs = block + 2;
+    for (int j = 0; j < 16; ++j) {
+      y[j] = float((qs[j] & 0x0F) - 8) * d;
+      y[j + 16] = float((qs[j] >> 4) - 8) * d;
+    }
+    return;
+  }
+  uint32_t qh;
+  std::memcpy(&qh, block + 2, 4);
+  const uint8_t* qs = block + 6;
+  for (int j = 0; j < 16; ++j) {
+    const uint8_t xh_0 = uint8_t(((qh >> j) << 4) & 0x10);
+    const uint8_t xh_1 = uint8_t((qh >> (j + 12)) & 0x10);
+    y[j] = float(((qs[j] & 0x0F) | xh_0) - 16) * d;
+    y[j + 16] = float(((qs[j] >> 4) | xh_1) - 16) * d;
+  }
+}
+
+struct Problem {
+  DType format = DType::Q4_0;
+  Epilogue epilogue = Epilogue::None;
+  int64_t m = 16, k = 32;
+};
+
+struct Data {
+  std::vector<uint8_t> blocks;    // GGUF blocks: rows (2m for SiluMul: gate then up) x k/32
+  std::vector<double> weights;    // their dequantized values
+  std::vector<uint8_t> packed;    // packed groups (gate and up alternating for SiluMul)
+  std::vector<ActBlock> x;        // kMaxTokens tokens, x_stride apart
+  std::vector<float> bias, residual;
+  int64_t x_stride = 0, y_stride = 0, r_stride = 0;
+};
+constexpr int64_t kMaxTokens = 9;
+
+Data make_data(const Problem& p, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t kb = p.k / 32, rows = p.epilogue == Epilogue::SiluMul ? 2 * p.m : p.m;
+  const int64_t block_bytes = ops::row(p.format).block_bytes;
+  Data d;
+  d.blocks.resize(size_t(rows * kb * block_bytes));
+  for (auto& b : d.blocks) b = uint8_t(rng());
+  d.weights.resize(size_t(rows * p.k));
+  for (int64_t b = 0; b < rows * kb; ++b) {
+    uint8_t* blk = d.blocks.data() + b * block_bytes;
+    const uint16_t scale = f32_to_f16(0.0005f + 0.0001f * float(rng() % 100));
+    std::memcpy(blk, &scale, 2);
+    float y[32];
+    dequantize_block(p.format, blk, y);
+    for (int i = 0; i < 32; ++i) d.weights[size_t(b * 32 + i)] = y[i];
+  }
+  const int64_t group_bytes = kb * packed_block_bytes(p.format);
+  const int64_t groups = (p.m + kPackRows - 1) / kPackRows;
+  const int64_t mult = p.epilogue == Epilogue::SiluMul ? 2 : 1;
+  d.packed.resize(size_t(mult * groups * group_bytes));
+  for (int64_t part = 0; part < mult; ++part) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t n = std::min(kPackRows, p.m - g * kPackRows);
+      const uint8_t* src = d.blocks.data() + ((part * p.m + g * kPackRows) * kb) * block_bytes;
+      if (p.format == DType::Q4_0) {
+        pack_q4_0(reinterpret_cast<const quant::BlockQ4_0*>(src), n, p.k, d.packed.data(), mult * g + part);
+      } else {
+        pack_q5_0(reinterpret_cast<const quant::BlockQ5_0*>(src), n, p.k, d.packed.data(), mult * g + part);
+      }
+    }
+  }
+  d.x_stride = kb + 1;
+  d.y_stride = p.m + 3;
+  d.r_stride = p.m + 5;
+  d.x.resize(size_t(kMaxTokens * d.x_stride));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> row(size_t(p.k));
+  for (int64_t t = 0; t < kMaxTokens; ++t) {
+    for (auto& v : row) v = normal(rng);
+    quantize_act(row.data(), d.x.data() + t * d.x_stride, p.k);
+  }
+  d.bias.resize(size_t(p.m));
+  for (auto& v : d.bias) v = normal(rng);
+  d.residual.resize(size_t(kMaxTokens * d.r_stride));
+  for (auto& v : d.residual) v = normal(rng);
+  return d;
+}
+
+// The dequantized weights times the dequantized activations, in double; and
+// a bound for the kernel's fp32 rounding (sum of |terms|).
+struct Expected {
+  double value, magnitude;
+};
+Expected expected(const Problem& p, const Data& d, int64_t n, int64_t m) {
+  auto dot = [&](int64_t row, double& mag) {
+    double acc = 0;
+    for (int64_t b = 0; b < p.k / 32; ++b) {
+      const ActBlock& x = d.x[size_t(n * d.x_stride + b)];
+      for (int i = 0; i < 32; ++i) {
+        const double term = d.weights[size_t(row * p.k + b * 32 + i)] * double(x.d) * x.qs[i];
+        acc += term;
+        mag += std::fabs(term);
+      }
+    }
+    return acc;
+  };
+  double mag = 0, v;
+  if (p.epilogue == Epilogue::SiluMul) {
+    double mag_g = 0, mag_u = 0;
+    const double g = dot(m, mag_g), u = dot(p.m + m, mag_u);
+    v = g / (1.0 + std::exp(-g)) * u;
+    mag = std::fabs(v) * 8 + mag_g * std::fabs(u) + mag_u * std::fabs(g);
+  } else {
+    v = dot(m, mag);
+  }
+  if (p.epilogue == Epilogue::Bias || p.epilogue == Epilogue::BiasResidual) {
+    v += d.bias[size_t(m)];
+    mag += std::fabs(d.bias[size_t(m)]);
+  }
+  if (p.epilogue == Epilogue::Residual || p.epilogue == Epilogue::BiasResidual) {
+    v += d.residual[size_t(n * d.r_stride + m)];
+    mag += std::fabs(d.residual[size_t(n * d.r_stride + m)]);
+  }
+  return {v, mag};
+}
+
+// Runs `id` over n tokens in row tasks of 32 rows (so that w starts at a
+// later group), as the runtime does.
+std::vector<float> run(Isa isa, const KernelId& id, const Problem& p, const Data& d, int64_t n) {
+  std::vector<float> y(size_t(n * d.y_stride), std::bit_cast<float>(kPoisonBits));
+  const int64_t mult = p.epilogue == Epilogue::SiluMul ? 2 : 1;
+  const int64_t group_bytes = (p.k / 32) * packed_block_bytes(p.format);
+  for (int64_t row0 = 0; row0 < p.m; row0 += 32) {
+    MatMulArgs a{};
+    a.w = d.packed.data() + (row0 / 16) * mult * group_bytes;
+    a.x = d.x.data();
+    a.y = y.data() + row0;
+    a.bias = d.bias.data() + row0;
+    a.residual = d.residual.data() + row0;
+    a.x_stride = d.x_stride;
+    a.y_stride = d.y_stride;
+    a.r_stride = d.r_stride;
+    a.k_blocks = p.k / 32;
+    a.m_rows = std::min<int64_t>(32, p.m - row0);
+    a.n_tokens = n;
+    kernel(isa, id).fn()(&a);
+  }
+  return y;
+}
+
+void check(Isa isa, const Problem& p, const std::vector<int64_t>& token_counts, uint32_t seed) {
+  SCOPED_TRACE(testing::Message() << to_string(isa) << " " << to_string(p.format) << " "
+                                  << to_string(p.epilogue) << " M=" << p.m << " K=" << p.k);
+  const Data d = make_data(p, seed);
+  const std::vector<float> gemv = run(isa, KernelId::gemv(p.epilogue, p.format), p, d, kMaxTokens);
+  for (int64_t n : token_counts) {
+    const KernelId id = n == 1 ? KernelId::gemv(p.epilogue, p.format) : KernelId::batch(p.epilogue, p.format);
+    const std::vector<float> y = run(isa, id, p, d, n);
+    int failures = 0;
+    for (int64_t t = 0; t < n && failures < 5; ++t) {
+      for (int64_t m = 0; m < d.y_stride && failures < 5; ++m) {
+        const float got = y[size_t(t * d.y_stride + m)];
+        if (m >= p.m) {
+          if (std::bit_cast<uint32_t>(got) != kPoisonBits) {
+            ADD_FAILURE() << "N=" << n << ": wrote past m_rows at n=" << t << " m=" << m;
+            ++failures;
+          }
+          continue;
+        }
+        const Expected w = expected(p, d, t, m);
+        const double tol = tolerance::kFp32ReorderRelative * w.magnitude + tolerance::kZeroFloor;
+        if (!(std::fabs(double(got) - w.value) <= tol)) {
+          ADD_FAILURE() << to_string(id) << " N=" << n << " n=" << t << " m=" << m << " got " << got << " want "
+                        << w.value << " tol " << tol;
+          ++failures;
+        }
+        // The GEMV ran every token on its own: the batch kernel's rows are the same bits.
+        if (std::bit_cast<uint32_t>(got) != std::bit_cast<uint32_t>(gemv[size_t(t * d.y_stride + m)])) {
+          ADD_FAILURE() << to_string(id) << " N=" << n << " n=" << t << " m=" << m << " differs from the GEMV";
+          ++failures;
+        }
+      }
+    }
+  }
+}
+
+TEST(Packed4BitKernels, GemvAndBatchEveryIsaEpilogueAndShape) {
+  uint32_t seed = 0;
+  for (Isa isa : runnable_isas()) {
+    for (DType format : kFormats) {
+      for (Epilogue e : kAllEpilogues) {
+        for (int64_t k : {32, 352, 896, 4864}) {
+          // Every N on the small K; fewer on the large ones (the reference is scalar).
+          const std::vector<int64_t> ns = k <= 352   ? std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9}
+                                          : k == 896 ? std::vector<int64_t>{1, 2, 7, 9}
+                                                     : std::vector<int64_t>{1, 8};
+          for (int64_t m : {1, 3, 17, 33, 80}) {
+            if (k == 4864 && m != 17 && m != 80) continue;
+            check(isa, Problem{format, e, m, k}, ns, ++seed);
+            if (HasFailure()) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lumen::codegen

@@ -1,0 +1,133 @@
+// The packed Q4_0 / Q5_0 layouts: every quant and scale round-trips through
+// the repack, padding rows are zero, the byte count is GGUF's, and both
+// conversions to Q8_0 are exact (the int8 quant is q - offset, the scale d).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "lumen/target/weight_formats.h"
+
+namespace lumen {
+namespace {
+
+using ops::DType;
+
+// ggml's quant of element e of a block (dequantize_row_q4_0/q5_0), offset included.
+int ggml_quant(DType type, const uint8_t* block, int e) {
+  if (type == DType::Q4_0) {
+    const uint8_t* qs = block + 2;
+    return (e < 16 ? qs[e] & 0x0F : qs[e - 16] >> 4) - 8;
+  }
+  uint32_t qh;
+  std::memcpy(&qh, block + 2, 4);
+  const uint8_t* qs = block + 6;
+  const int j = e % 16;
+  const int high = e < 16 ? int(((qh >> j) << 4) & 0x10) : int((qh >> (j + 12)) & 0x10);
+  return ((e < 16 ? qs[j] & 0x0F : qs[j] >> 4) | high) - 16;
+}
+
+std::vector<uint8_t> random_blocks(DType type, int64_t rows, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t bytes = ops::row_bytes(type, k);
+  std::vector<uint8_t> blocks(size_t(rows * bytes));
+  for (auto& b : blocks) b = uint8_t(rng());
+  for (int64_t b = 0; b < rows * k / 32; ++b) {
+    const uint16_t d = f32_to_f16(0.001f * float(1 + rng() % 50));
+    std::memcpy(blocks.data() + b * ops::row(type).block_bytes, &d, 2);
+  }
+  return blocks;
+}
+
+std::vector<uint8_t> pack(DType type, const std::vector<uint8_t>& blocks, int64_t rows, int64_t k) {
+  std::vector<uint8_t> out(size_t(packed_bytes(type, rows, k)), 0xCC);
+  if (type == DType::Q4_0) {
+    pack_q4_0(reinterpret_cast<const quant::BlockQ4_0*>(blocks.data()), rows, k, out.data(), 0);
+  } else {
+    pack_q5_0(reinterpret_cast<const quant::BlockQ5_0*>(blocks.data()), rows, k, out.data(), 0);
+  }
+  return out;
+}
+
+TEST(Packed4Bit, EveryQuantAndScaleRoundTripsAndPaddingIsZero) {
+  for (DType type : {DType::Q4_0, DType::Q5_0}) {
+    for (auto [rows, k] : {std::pair<int64_t, int64_t>{1, 32}, {17, 352}, {33, 96}}) {
+      const std::vector<uint8_t> blocks = random_blocks(type, rows, k, uint32_t(rows * k));
+      const std::vector<uint8_t> packed = pack(type, blocks, rows, k);
+      const int64_t k_blocks = k / 32, group_bytes = k_blocks * packed_block_bytes(type);
+      EXPECT_EQ(int64_t(packed.size()), (rows + 15) / 16 * 16 * ops::row_bytes(type, k)) << "GGUF's bytes";
+      for (int64_t row = 0; row < (rows + 15) / 16 * 16; ++row) {
+        const uint8_t* group = packed.data() + row / 16 * group_bytes;
+        for (int64_t b = 0; b < k_blocks; ++b) {
+          const uint8_t* block = blocks.data() + (row * k_blocks + b) * ops::row(type).block_bytes;
+          uint16_t d = 0;
+          if (row < rows) std::memcpy(&d, block, 2);
+          ASSERT_EQ(packed_4bit_scale(type, group, row % 16, b), d) << to_string(type) << " row " << row;
+          for (int e = 0; e < 32; ++e) {
+            const int want = row < rows ? ggml_quant(type, block, e) + q_offset(type) : 0;
+            ASSERT_EQ(packed_q(type, group, row % 16, b * 32 + e), want)
+                << to_string(type) << " row " << row << " k " << b * 32 + e;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Packed4Bit, ConvertsToQ8_0Exactly) {
+  for (DType type : {DType::Q4_0, DType::Q5_0, DType::IQ4_NL}) {
+    const int64_t rows = 19, k = 352, k_blocks = k / 32;
+    const std::vector<uint8_t> blocks = random_blocks(type, rows, k, 7);
+    std::vector<BlockQ8_0> q8(size_t(rows * k_blocks));
+    for (int64_t r = 0; r < rows; ++r) {
+      convert_row_to_q8_0(type, blocks.data() + r * ops::row_bytes(type, k), q8.data() + r * k_blocks, k);
+    }
+    for (int64_t b = 0; b < rows * k_blocks; ++b) {
+      const uint8_t* block = blocks.data() + b * ops::row(type).block_bytes;
+      uint16_t d;
+      std::memcpy(&d, block, 2);
+      ASSERT_EQ(q8[size_t(b)].d, d);
+      for (int e = 0; e < 32; ++e) {
+        const int want = type == DType::IQ4_NL
+                             ? quant::kIq4nlValues[e < 16 ? block[2 + e] & 0x0F : block[2 + e - 16] >> 4]
+                             : ggml_quant(type, block, e);
+        ASSERT_EQ(q8[size_t(b)].qs[e], want) << to_string(type) << " block " << b << " element " << e;
+      }
+    }
+    if (type == DType::IQ4_NL) continue;
+    // The packed layout converts to the packed Q8_0 of the same rows (the
+    // padding rows have scale 0, whatever their quants).
+    const std::vector<uint8_t> packed = pack(type, blocks, rows, k);
+    for (Isa isa : kAllIsas) {
+      std::vector<uint8_t> want(size_t(packed_bytes(isa, rows, k)));
+      pack_q8_0(isa, q8.data(), rows, k, want.data(), 0);
+      std::vector<uint8_t> got(want.size(), 0xCC);
+      convert_packed_to_q8_0(type, isa, packed.data(), (rows + 15) / 16, k_blocks, got.data());
+      for (int64_t row = 0; row < (rows + 15) / 16 * 16; ++row) {
+        const uint8_t* g = got.data() + row / 16 * k_blocks * kPackedBlockBytes;
+        const uint8_t* w = want.data() + row / 16 * k_blocks * kPackedBlockBytes;
+        for (int64_t b = 0; b < k_blocks; ++b) {
+          ASSERT_EQ(packed_scale(g, k_blocks, row % 16, b), packed_scale(w, k_blocks, row % 16, b));
+          for (int64_t e = 0; e < 32 && row < rows; ++e) {
+            ASSERT_EQ(packed_weight(isa, g, k_blocks, row % 16, b * 32 + e),
+                      packed_weight(isa, w, k_blocks, row % 16, b * 32 + e))
+                << to_string(type) << " " << to_string(isa) << " row " << row;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Packed4Bit, RefusesBadShapes) {
+  std::vector<uint8_t> out(1024);
+  EXPECT_THROW(pack_q4_0(nullptr, 1, 33, out.data(), 0), std::invalid_argument);
+  EXPECT_THROW(pack_q5_0(nullptr, -1, 32, out.data(), 0), std::invalid_argument);
+  EXPECT_THROW(packed_bytes(DType::F32, 16, 32), std::invalid_argument);
+  EXPECT_THROW(convert_row_to_q8_0(DType::Q4_K, nullptr, nullptr, 256), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace lumen
