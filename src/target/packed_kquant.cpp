@@ -1,0 +1,202 @@
+// Load-time repack of Q4_K and Q6_K rows into the 16-row groups the k-quant
+// kernels stream (layouts in include/lumen/target/packed_kquant.h): the 6-bit
+// scales and mins of Q4_K are expanded to one byte each (+4 bytes per 256
+// weights per row), the quants regrouped so that one 64-byte load gives 8
+// consecutive k of 16 rows.
+#include "lumen/target/packed_kquant.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "lumen/quant/blocks.h"
+
+namespace lumen {
+namespace {
+
+using ops::DType;
+constexpr int64_t kRows = 16;
+
+void check_type(DType t, const char* who) {
+  if (!has_packed_kquant(t)) {
+    throw std::invalid_argument(std::string(who) + ": no packed k-quant layout for " + ops::row(t).name);
+  }
+}
+
+// ggml's get_scale_min_k4: the 6-bit scale and min of 32-block j of a Q4_K block.
+void q4k_scale_min(const uint8_t* q, int j, int* sc, int* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// q (0..15) of element kk of a Q4_K block: 32-block j is the low (j even) or
+// high (j odd) nibbles of qs[32 (j/2) ..].
+int q4k_q(const quant::BlockQ4_K& b, int kk) {
+  const int j = kk / 32, l = kk % 32;
+  const uint8_t byte = b.qs[32 * (j / 2) + l];
+  return j % 2 ? byte >> 4 : byte & 0xF;
+}
+
+// q (0..63) of element kk of a Q6_K block, as ggml's dequantize_row_q6_K reads it.
+int q6k_q(const quant::BlockQ6_K& b, int kk) {
+  const int half = kk / 128, quarter = (kk % 128) / 32, l = kk % 32;
+  const uint8_t lo = b.ql[64 * half + l + (quarter % 2 ? 32 : 0)];
+  const int low = quarter >= 2 ? lo >> 4 : lo & 0xF;
+  const int high = (b.qh[32 * half + l] >> (2 * quarter)) & 3;
+  return low | (high << 4);
+}
+
+// Byte offset, in a quant vector area, of weight kk (0..31 in a 32-block) of
+// row r, and whether it is the high nibble.
+int64_t nibble_byte(int64_t r, int kk, bool* high) {
+  const int v = kk / 8, w = kk % 8;
+  *high = w >= 4;
+  return 64 * v + 4 * r + w % 4;
+}
+
+void pack_group_q4k(const quant::BlockQ4_K* rows, int64_t n_rows, int64_t supers, uint8_t* g) {
+  std::memset(g, 0, supers * packed_kquant_super_bytes(DType::Q4_K));
+  for (int64_t sb = 0; sb < supers; ++sb) {
+    uint8_t* s = g + sb * packed_kquant_super_bytes(DType::Q4_K);
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const quant::BlockQ4_K& b = rows[r * supers + sb];
+      std::memcpy(s + 2 * r, &b.d, 2);
+      std::memcpy(s + 32 + 2 * r, &b.dmin, 2);
+      for (int j = 0; j < kKQuantSubBlocks; ++j) {
+        uint8_t* sub = s + kQ4KHeaderBytes + j * kQ4KSubBytes;
+        int sc, m;
+        q4k_scale_min(b.scales, j, &sc, &m);
+        sub[r] = uint8_t(sc);
+        sub[16 + r] = uint8_t(m);
+        for (int kk = 0; kk < 32; ++kk) {
+          bool high;
+          uint8_t& byte = sub[32 + nibble_byte(r, kk, &high)];
+          byte |= uint8_t(q4k_q(b, 32 * j + kk) << (high ? 4 : 0));
+        }
+      }
+    }
+  }
+}
+
+void pack_group_q6k(const quant::BlockQ6_K* rows, int64_t n_rows, int64_t supers, uint8_t* g) {
+  std::memset(g, 0, supers * packed_kquant_super_bytes(DType::Q6_K));
+  for (int64_t sb = 0; sb < supers; ++sb) {
+    uint8_t* s = g + sb * packed_kquant_super_bytes(DType::Q6_K);
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const quant::BlockQ6_K& b = rows[r * supers + sb];
+      std::memcpy(s + 2 * r, &b.d, 2);
+      for (int j = 0; j < kKQuantSubBlocks; ++j) {
+        uint8_t* sub = s + kQ6KHeaderBytes + j * kQ6KSubBytes;
+        sub[r] = uint8_t(b.scales[2 * j]);
+        sub[16 + r] = uint8_t(b.scales[2 * j + 1]);
+        for (int kk = 0; kk < 32; ++kk) {
+          const int q = q6k_q(b, 32 * j + kk);
+          bool high;
+          uint8_t& low = sub[32 + nibble_byte(r, kk, &high)];
+          low |= uint8_t((q & 0xF) << (high ? 4 : 0));
+          const int u = kk / 16, p = (kk % 16) / 4, i = kk % 4;
+          sub[32 + kQ6KQlBytes + 64 * u + 4 * r + i] |= uint8_t((q >> 4) << (2 * p));
+        }
+      }
+    }
+  }
+}
+
+const uint8_t* super_block(const uint8_t* group, DType t, int64_t sb) {
+  return group + sb * packed_kquant_super_bytes(t);
+}
+
+}  // namespace
+
+bool has_packed_kquant(DType t) { return t == DType::Q4_K || t == DType::Q6_K; }
+
+int64_t packed_kquant_header_bytes(DType t) {
+  check_type(t, "packed_kquant_header_bytes");
+  return t == DType::Q4_K ? kQ4KHeaderBytes : kQ6KHeaderBytes;
+}
+
+int64_t packed_kquant_sub_bytes(DType t) {
+  check_type(t, "packed_kquant_sub_bytes");
+  return t == DType::Q4_K ? kQ4KSubBytes : kQ6KSubBytes;
+}
+
+int64_t packed_kquant_super_bytes(DType t) {
+  return packed_kquant_header_bytes(t) + kKQuantSubBlocks * packed_kquant_sub_bytes(t);
+}
+
+int64_t packed_kquant_bytes(DType t, int64_t rows, int64_t k) {
+  check_type(t, "packed_kquant_bytes");
+  if (rows < 0 || k <= 0 || k % kKQuantSuperK != 0) {
+    throw std::invalid_argument(std::string("packed_kquant_bytes: ") + ops::row(t).name +
+                                " rows need k a positive multiple of 256, got k = " + std::to_string(k));
+  }
+  return (rows + kRows - 1) / kRows * (k / kKQuantSuperK) * packed_kquant_super_bytes(t);
+}
+
+void pack_kquant(DType t, const void* src, int64_t rows, int64_t k, uint8_t* out, int64_t first_group) {
+  packed_kquant_bytes(t, rows, k);  // checks t, rows and k
+  if (first_group < 0) throw std::invalid_argument("pack_kquant: first_group must be >= 0");
+  const int64_t supers = k / kKQuantSuperK, group_bytes = supers * packed_kquant_super_bytes(t);
+  for (int64_t g = 0; g * kRows < rows; ++g) {
+    const int64_t n = std::min(kRows, rows - g * kRows);
+    uint8_t* dst = out + (first_group + g) * group_bytes;
+    if (t == DType::Q4_K) {
+      pack_group_q4k(static_cast<const quant::BlockQ4_K*>(src) + g * kRows * supers, n, supers, dst);
+    } else {
+      pack_group_q6k(static_cast<const quant::BlockQ6_K*>(src) + g * kRows * supers, n, supers, dst);
+    }
+  }
+}
+
+void pack_kquant_gate_up(DType t, const void* gate, const void* up, int64_t rows, int64_t k, uint8_t* out) {
+  const int64_t supers = k / kKQuantSuperK;
+  const int64_t row_bytes = supers * ops::row(t).block_bytes;
+  for (int64_t g = 0; g * kRows < rows; ++g) {
+    const int64_t n = std::min(kRows, rows - g * kRows);
+    const int64_t off = g * kRows * row_bytes;
+    pack_kquant(t, static_cast<const uint8_t*>(gate) + off, n, k, out, 2 * g);
+    pack_kquant(t, static_cast<const uint8_t*>(up) + off, n, k, out, 2 * g + 1);
+  }
+}
+
+int packed_kquant_q(DType t, const uint8_t* group, int64_t r, int64_t k) {
+  const int64_t sb = k / kKQuantSuperK;
+  const int j = int(k % kKQuantSuperK) / 32, kk = int(k % 32);
+  const uint8_t* sub = super_block(group, t, sb) + packed_kquant_header_bytes(t) + j * packed_kquant_sub_bytes(t);
+  bool high;
+  const uint8_t low = sub[32 + nibble_byte(r, kk, &high)];
+  const int q = high ? low >> 4 : low & 0xF;
+  if (t == DType::Q4_K) return q;
+  const int u = kk / 16, p = (kk % 16) / 4, i = kk % 4;
+  return q | (((sub[32 + kQ6KQlBytes + 64 * u + 4 * r + i] >> (2 * p)) & 3) << 4);
+}
+
+uint16_t packed_kquant_d(const uint8_t* group, DType t, int64_t r, int64_t sb) {
+  uint16_t d;
+  std::memcpy(&d, super_block(group, t, sb) + 2 * r, 2);
+  return d;
+}
+
+uint16_t packed_kquant_dmin(const uint8_t* group, int64_t r, int64_t sb) {
+  uint16_t m;
+  std::memcpy(&m, super_block(group, DType::Q4_K, sb) + 32 + 2 * r, 2);
+  return m;
+}
+
+int packed_kquant_scale(DType t, const uint8_t* group, int64_t r, int64_t sb, int64_t sub) {
+  const uint8_t* s = super_block(group, t, sb) + packed_kquant_header_bytes(t);
+  if (t == DType::Q4_K) return s[sub * kQ4KSubBytes + r];
+  return int8_t(s[(sub / 2) * kQ6KSubBytes + 16 * (sub % 2) + r]);
+}
+
+int packed_kquant_min(const uint8_t* group, int64_t r, int64_t sb, int64_t j) {
+  return super_block(group, DType::Q4_K, sb)[kQ4KHeaderBytes + j * kQ4KSubBytes + 16 + r];
+}
+
+}  // namespace lumen
