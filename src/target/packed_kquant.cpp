@@ -35,37 +35,53 @@ void q4k_scale_min(const uint8_t* q, int j, int* sc, int* m) {
   }
 }
 
-// q (0..15) of element kk of a Q4_K block: 32-block j is the low (j even) or
-// high (j odd) nibbles of qs[32 (j/2) ..].
-int q4k_q(const quant::BlockQ4_K& b, int kk) {
-  const int j = kk / 32, l = kk % 32;
-  const uint8_t byte = b.qs[32 * (j / 2) + l];
-  return j % 2 ? byte >> 4 : byte & 0xF;
+// The 256 q (0..15) of a Q4_K block: 32-block j is the low (j even) or high
+// (j odd) nibbles of qs[32 (j/2) ..].
+void q4k_values(const quant::BlockQ4_K& b, uint8_t* q) {
+  for (int p = 0; p < 4; ++p) {
+    for (int l = 0; l < 32; ++l) {
+      q[64 * p + l] = b.qs[32 * p + l] & 0xF;
+      q[64 * p + 32 + l] = b.qs[32 * p + l] >> 4;
+    }
+  }
 }
 
-// q (0..63) of element kk of a Q6_K block, as ggml's dequantize_row_q6_K reads it.
-int q6k_q(const quant::BlockQ6_K& b, int kk) {
-  const int half = kk / 128, quarter = (kk % 128) / 32, l = kk % 32;
-  const uint8_t lo = b.ql[64 * half + l + (quarter % 2 ? 32 : 0)];
-  const int low = quarter >= 2 ? lo >> 4 : lo & 0xF;
-  const int high = (b.qh[32 * half + l] >> (2 * quarter)) & 3;
-  return low | (high << 4);
+// The 256 q (0..63) of a Q6_K block, in the order of ggml's dequantize_row_q6_K.
+void q6k_values(const quant::BlockQ6_K& b, uint8_t* q) {
+  for (int half = 0; half < 2; ++half) {
+    const uint8_t* ql = b.ql + 64 * half;
+    const uint8_t* qh = b.qh + 32 * half;
+    uint8_t* y = q + 128 * half;
+    for (int l = 0; l < 32; ++l) {
+      y[l] = uint8_t((ql[l] & 0xF) | ((qh[l] & 3) << 4));
+      y[l + 32] = uint8_t((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
+      y[l + 64] = uint8_t((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+      y[l + 96] = uint8_t((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+    }
+  }
 }
 
-// Byte offset, in a quant vector area, of weight kk (0..31 in a 32-block) of
-// row r, and whether it is the high nibble.
-int64_t nibble_byte(int64_t r, int kk, bool* high) {
-  const int v = kk / 8, w = kk % 8;
-  *high = w >= 4;
-  return 64 * v + 4 * r + w % 4;
+// Writes the 4 quant vectors of 32-block j of row r (q: the block's 256
+// values): byte i of row r's dword of vector v holds q[8v + i] (low nibble)
+// and q[8v + 4 + i] (high nibble), over the low 4 bits of q.
+void put_quant_vectors(const uint8_t* q, int j, int64_t r, uint8_t* vectors) {
+  for (int v = 0; v < 4; ++v) {
+    for (int i = 0; i < 4; ++i) {
+      const int k0 = 32 * j + 8 * v + i;
+      vectors[64 * v + 4 * r + i] = uint8_t((q[k0] & 0xF) | ((q[k0 + 4] & 0xF) << 4));
+    }
+  }
 }
 
 void pack_group_q4k(const quant::BlockQ4_K* rows, int64_t n_rows, int64_t supers, uint8_t* g) {
-  std::memset(g, 0, supers * packed_kquant_super_bytes(DType::Q4_K));
+  const int64_t super_bytes = kQ4KHeaderBytes + kKQuantSubBlocks * kQ4KSubBytes;
+  std::memset(g, 0, supers * super_bytes);
+  uint8_t q[kKQuantSuperK];
   for (int64_t sb = 0; sb < supers; ++sb) {
-    uint8_t* s = g + sb * packed_kquant_super_bytes(DType::Q4_K);
+    uint8_t* s = g + sb * super_bytes;
     for (int64_t r = 0; r < n_rows; ++r) {
       const quant::BlockQ4_K& b = rows[r * supers + sb];
+      q4k_values(b, q);
       std::memcpy(s + 2 * r, &b.d, 2);
       std::memcpy(s + 32 + 2 * r, &b.dmin, 2);
       for (int j = 0; j < kKQuantSubBlocks; ++j) {
@@ -74,34 +90,35 @@ void pack_group_q4k(const quant::BlockQ4_K* rows, int64_t n_rows, int64_t supers
         q4k_scale_min(b.scales, j, &sc, &m);
         sub[r] = uint8_t(sc);
         sub[16 + r] = uint8_t(m);
-        for (int kk = 0; kk < 32; ++kk) {
-          bool high;
-          uint8_t& byte = sub[32 + nibble_byte(r, kk, &high)];
-          byte |= uint8_t(q4k_q(b, 32 * j + kk) << (high ? 4 : 0));
-        }
+        put_quant_vectors(q, j, r, sub + 32);
       }
     }
   }
 }
 
 void pack_group_q6k(const quant::BlockQ6_K* rows, int64_t n_rows, int64_t supers, uint8_t* g) {
-  std::memset(g, 0, supers * packed_kquant_super_bytes(DType::Q6_K));
+  const int64_t super_bytes = kQ6KHeaderBytes + kKQuantSubBlocks * kQ6KSubBytes;
+  std::memset(g, 0, supers * super_bytes);
+  uint8_t q[kKQuantSuperK];
   for (int64_t sb = 0; sb < supers; ++sb) {
-    uint8_t* s = g + sb * packed_kquant_super_bytes(DType::Q6_K);
+    uint8_t* s = g + sb * super_bytes;
     for (int64_t r = 0; r < n_rows; ++r) {
       const quant::BlockQ6_K& b = rows[r * supers + sb];
+      q6k_values(b, q);
       std::memcpy(s + 2 * r, &b.d, 2);
       for (int j = 0; j < kKQuantSubBlocks; ++j) {
         uint8_t* sub = s + kQ6KHeaderBytes + j * kQ6KSubBytes;
         sub[r] = uint8_t(b.scales[2 * j]);
         sub[16 + r] = uint8_t(b.scales[2 * j + 1]);
-        for (int kk = 0; kk < 32; ++kk) {
-          const int q = q6k_q(b, 32 * j + kk);
-          bool high;
-          uint8_t& low = sub[32 + nibble_byte(r, kk, &high)];
-          low |= uint8_t((q & 0xF) << (high ? 4 : 0));
-          const int u = kk / 16, p = (kk % 16) / 4, i = kk % 4;
-          sub[32 + kQ6KQlBytes + 64 * u + 4 * r + i] |= uint8_t((q >> 4) << (2 * p));
+        put_quant_vectors(q, j, r, sub + 32);
+        // High bits: byte i of row r's dword of vector u holds those of
+        // k = 32j + 16u + 4p + i at bits 2p.
+        for (int u = 0; u < 2; ++u) {
+          for (int i = 0; i < 4; ++i) {
+            uint8_t byte = 0;
+            for (int p = 0; p < 4; ++p) byte |= uint8_t((q[32 * j + 16 * u + 4 * p + i] >> 4) << (2 * p));
+            sub[32 + kQ6KQlBytes + 64 * u + 4 * r + i] = byte;
+          }
         }
       }
     }
@@ -169,9 +186,8 @@ int packed_kquant_q(DType t, const uint8_t* group, int64_t r, int64_t k) {
   const int64_t sb = k / kKQuantSuperK;
   const int j = int(k % kKQuantSuperK) / 32, kk = int(k % 32);
   const uint8_t* sub = super_block(group, t, sb) + packed_kquant_header_bytes(t) + j * packed_kquant_sub_bytes(t);
-  bool high;
-  const uint8_t low = sub[32 + nibble_byte(r, kk, &high)];
-  const int q = high ? low >> 4 : low & 0xF;
+  const uint8_t low = sub[32 + 64 * (kk / 8) + 4 * r + kk % 4];
+  const int q = kk % 8 >= 4 ? low >> 4 : low & 0xF;
   if (t == DType::Q4_K) return q;
   const int u = kk / 16, p = (kk % 16) / 4, i = kk % 4;
   return q | (((sub[32 + kQ6KQlBytes + 64 * u + 4 * r + i] >> (2 * p)) & 3) << 4);
