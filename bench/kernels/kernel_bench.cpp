@@ -109,7 +109,7 @@ struct Weights {
   double pack_gbs = 0;  // load-time repack speed, best copy
 };
 
-// k-quant weights (--format q4_k, q6_k): random blocks with a finite scale,
+// k-quant weights (--format q4_k, q5_k, q6_k): random blocks with a finite scale,
 // packed as the k-quant kernels read them.
 Weights make_kquant_weights(ops::DType t, const Shape& s, int64_t min_total_bytes) {
   const int64_t rows = s.epilogue == Epilogue::SiluMul ? 2 * s.m : s.m;
@@ -117,12 +117,12 @@ Weights make_kquant_weights(ops::DType t, const Shape& s, int64_t min_total_byte
   std::mt19937 rng(1);
   std::vector<uint8_t> src(rows * row_bytes);
   for (auto& b : src) b = uint8_t(rng());
-  // d (and dmin) are the first fp16 of a Q4_K block, the last of a Q6_K one.
-  const int64_t d_off = t == ops::DType::Q4_K ? 0 : block - 2;
+  // d (and dmin) are the first fp16 of a Q4_K or Q5_K block, the last of a Q6_K one.
+  const int64_t d_off = t != ops::DType::Q6_K ? 0 : block - 2;
   for (int64_t i = 0; i < int64_t(src.size()); i += block) {
     const uint16_t d = f32_to_f16(0.001f);
     std::memcpy(&src[i + d_off], &d, 2);
-    if (t == ops::DType::Q4_K) std::memcpy(&src[i + 2], &d, 2);
+    if (t != ops::DType::Q6_K) std::memcpy(&src[i + 2], &d, 2);
   }
   Weights w;
   w.bytes = packed_kquant_bytes(t, rows, s.k);
@@ -305,7 +305,7 @@ int main(int argc, char** argv) {
   app.add_option("--sweep", sweep, "gemv: sweep prefetch distance and groups; gemm: sweep tiles (down shape)");
   bool small_n = false;
   std::string format = "q8_0";
-  app.add_option("--format", format, "weight type: q8_0 (default), q4_k or q6_k (GEMV and batch kernels, K = 4864)");
+  app.add_option("--format", format, "weight type: q8_0 (default), q4_k, q5_k or q6_k (GEMV and batch kernels, K = 4864)");
   app.add_flag("--cpu-time", g_cpu_time, "time samples in thread CPU time (1 thread only; for loaded hosts)");
   app.add_flag("--small-n", small_n,
                "instead of the table: GEMM at N = 2, 4, 8, 16 (the --tile kernel and m16n8) against the GEMV, "
@@ -365,7 +365,7 @@ int main(int argc, char** argv) {
   const ops::DType weight_type = ops::parse_dtype(format).value_or(ops::DType::F32);
   const bool kquant = has_packed_kquant(weight_type);
   if (weight_type != ops::DType::Q8_0 && !kquant) {
-    fmt::print(stderr, "lumen-bench-kernels: unknown --format '{}' (q8_0, q4_k, q6_k)\n", format);
+    fmt::print(stderr, "lumen-bench-kernels: unknown --format '{}' (q8_0, q4_k, q5_k, q6_k)\n", format);
     return 1;
   }
   auto tile_name = [](const KernelId& k) { return fmt::format("m{}n{}", k.tile_m, k.tile_n); };

@@ -1,10 +1,10 @@
-// The k-quant (Q4_K, Q6_K) GEMV and batch kernel generator (xbyak), on the
+// The k-quant (Q4_K, Q5_K, Q6_K) GEMV and batch kernel generator (xbyak), on the
 // packed layouts of target/packed_kquant.h, for every ISA and epilogue.
 //
 // A call walks output row tiles (outer) and token tiles (inner). A register
 // tile holds `pc` packed 16-row groups x `tc` tokens and walks k one 32-block
 // (sub-block) at a time:
-//   int stage: the quants are u8 (Q4_K 0..15, Q6_K 0..63), so each 64-byte
+//   int stage: the quants are u8 (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63), so each 64-byte
 //     vector is unpacked with masks and shifts to 2 x 4 consecutive k of 16
 //     rows and multiplied by the activation dwords with vpdpbusd (VNNI) or
 //     vpmaddubsw + vpmaddwd (no saturation: 63 * 128 * 2 < 32768). Q6_K's
@@ -13,7 +13,7 @@
 //   fp32 stage, per row and token, always in this order (the reference does
 //     the same, and it does not depend on the tile, so a batch kernel's row of
 //     token t is bit-identical to the GEMV's):
-//     Q4_K: acc = fma(float(isum), (d * sc) * dx, acc);
+//     Q4_K, Q5_K: acc = fma(float(isum), (d * sc) * dx, acc);
 //           acc = fma((dmin * m) * (1/128), float(ActBlock::sum) * dx, acc)
 //           (ActBlock::sum = -128 * sum(qx), so this subtracts dmin*m*sum(x));
 //     Q6_K: acc = fma(float(isum_s), (sc_s * d) * dx, acc) for s = 0, 1.
@@ -58,7 +58,7 @@ constexpr int kTemps = 4;  // vector temporaries above the accumulators
 // 64-byte constants: SiLU's (as the Q8_0 kernels'), then the unpacking ones.
 enum Const {
   kSignMask, kExpHi, kExpLo, kLog2e, kLn2Hi, kLn2Lo, kP0, kP1, kP2, kP3, kP4, kP5, kOne,
-  kInv128, kNib, kHigh2, kU8One, kI16One, kI16Minus32, kNumConsts
+  kInv128, kNib, kHigh2, kBit4, kU8One, kI16One, kI16Minus32, kNumConsts
 };
 
 int nsub(DType t) { return t == DType::Q6_K ? 2 : 1; }
@@ -211,7 +211,7 @@ class KQuantGenerator : public CodeGenerator {
     L(consts_);
     for (float v : f)
       for (int i = 0; i < 16; ++i) dd(std::bit_cast<uint32_t>(v));
-    const uint32_t ints[] = {0x0F0F0F0Fu, 0x30303030u, 0x01010101u, 0x00010001u, 0xFFE0FFE0u};
+    const uint32_t ints[] = {0x0F0F0F0Fu, 0x30303030u, 0x10101010u, 0x01010101u, 0x00010001u, 0xFFE0FFE0u};
     static_assert(std::size(ints) == kNumConsts - kNib);
     for (uint32_t v : ints)
       for (int i = 0; i < 16; ++i) dd(v);
@@ -286,7 +286,7 @@ class KQuantGenerator : public CodeGenerator {
     // Integer accumulators: 0, or for Q6_K -32 * (sum of the 16 x of the half).
     for (int t = 0; t < tc; ++t) {
       for (int s = 0; s < nsub_; ++s) {
-        if (type_ == DType::Q4_K) {
+        if (type_ != DType::Q6_K) {
           for (int i = 0; i < pc; ++i)
             for (int h = 0; h < halves_; ++h) vzero(iacc(pair(tc, i, h, t), s));
           continue;
@@ -324,12 +324,15 @@ class KQuantGenerator : public CodeGenerator {
           } else {
             vmovdqu(L_, ptr[group_ptr_[i] + jo_ + 32 + 64 * v + hb]);
           }
-          if (type_ == DType::Q6_K) {
-            const Address qh = ptr[group_ptr_[i] + jo_ + 32 + int(kQ6KQlBytes) + 64 * (v / 2) + hb];
+          if (type_ != DType::Q4_K) {
+            const int u = type_ == DType::Q6_K ? v / 2 : 0;
+            const Address qh = ptr[group_ptr_[i] + jo_ + int(kKQuantHighBits) + 64 * u + hb];
             zmm_ ? vmovdqu8(H_, qh) : vmovdqu(H_, qh);
           }
-          // Low nibbles: k0 .. k0+3; Q6_K's high bits 4s' .. 4s'+1 go to bits 4-5.
+          // Low nibbles: k0 .. k0+3; Q6_K's high bits 4s' .. 4s'+1 go to bits 4-5,
+          // Q5_K's fifth bit 2v to bit 4.
           vand(A_, L_, cst(kNib));
+          if (type_ == DType::Q5_K) fifth_bit(A_, H_, T_, 4 - 2 * v);
           if (type_ == DType::Q6_K) {
             if (v % 2 == 0) {
               vpsllw(T_, H_, 4);
@@ -340,9 +343,10 @@ class KQuantGenerator : public CodeGenerator {
             vor(A_, A_, T_);
           }
           dots(A_, i, h, tc, s, 8 * v);
-          // High nibbles: k0+4 .. k0+7; Q6_K's high bits 4s'+2 .. 4s'+3.
+          // High nibbles: k0+4 .. k0+7; Q6_K's high bits 4s'+2 .. 4s'+3, Q5_K's 2v+1.
           vpsrlw(A_, L_, 4);
           vand(A_, A_, cst(kNib));
+          if (type_ == DType::Q5_K) fifth_bit(A_, H_, T_, 3 - 2 * v);
           if (type_ == DType::Q6_K) {
             if (v % 2 == 0) {
               vpsllw(T_, H_, 2);
@@ -357,6 +361,18 @@ class KQuantGenerator : public CodeGenerator {
       }
     }
     fp_stage(pc, tc);
+  }
+
+  // A |= bit 4 of (H shifted left by `left`, right when negative): the 16-bit
+  // shifts carry bits across bytes only into positions the mask clears.
+  void fifth_bit(const Xmm& A, const Xmm& H, const Xmm& T, int left) {
+    if (left > 0) {
+      vpsllw(T, H, left);
+    } else if (left < 0) {
+      vpsrlw(T, H, -left);
+    }
+    vand(T, left == 0 ? H : T, cst(kBit4));
+    vor(A, A, T);
   }
 
   // T = scale * dx of token t (L is clobbered on ymm).
@@ -385,7 +401,7 @@ class KQuantGenerator : public CodeGenerator {
       for (int h = 0; h < halves_; ++h) {
         const Reg64& g = group_ptr_[i];
         vcvtph2ps(S, ptr[g + 16 * h]);  // d of 16 (8) rows
-        if (type_ == DType::Q4_K) {
+        if (type_ != DType::Q6_K) {
           vpmovzxbd(A, ptr[g + jo_ + 8 * h]);  // 6-bit scales
           vcvtdq2ps(A, A);
           vmulps(S, S, A);  // d * sc

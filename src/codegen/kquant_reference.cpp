@@ -18,11 +18,11 @@ float dot_row(DType t, const uint8_t* group, int64_t r, const ActBlock* x, int64
   for (int64_t b = 0; b < k_blocks; ++b) {
     const int64_t sb = b / kKQuantSubBlocks, j = b % kKQuantSubBlocks;
     const float d = f16_to_f32(packed_kquant_d(group, t, r, sb));
-    if (t == DType::Q4_K) {
+    if (t != DType::Q6_K) {
       int32_t isum = 0;
       for (int64_t i = 0; i < 32; ++i) isum += packed_kquant_q(t, group, r, 32 * b + i) * x[b].qs[i];
       const float ds = d * float(packed_kquant_scale(t, group, r, sb, j));
-      const float dm = f16_to_f32(packed_kquant_dmin(group, r, sb)) * float(packed_kquant_min(group, r, sb, j)) *
+      const float dm = f16_to_f32(packed_kquant_dmin(group, t, r, sb)) * float(packed_kquant_min(group, t, r, sb, j)) *
                        (1.0f / 128.0f);
       acc = std::fma(float(isum), ds * x[b].d, acc);
       acc = std::fma(dm, float(x[b].sum) * x[b].d, acc);
@@ -45,7 +45,7 @@ float dot_row(DType t, const uint8_t* group, int64_t r, const ActBlock* x, int64
 void reference_kquant_matmul(DType t, program::Epilogue epilogue, const MatMulArgs& a) {
   using program::Epilogue;
   if (!has_packed_kquant(t) || a.k_blocks % kKQuantSubBlocks != 0) {
-    throw std::invalid_argument("reference_kquant_matmul: a Q4_K or Q6_K matrix with K a multiple of 256");
+    throw std::invalid_argument("reference_kquant_matmul: a Q4_K, Q5_K or Q6_K matrix with K a multiple of 256");
   }
   const int64_t group_bytes = a.k_blocks / kKQuantSubBlocks * packed_kquant_super_bytes(t);
   const bool bias = epilogue == Epilogue::Bias || epilogue == Epilogue::BiasResidual;

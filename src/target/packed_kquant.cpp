@@ -1,4 +1,4 @@
-// Load-time repack of Q4_K and Q6_K rows into the 16-row groups the k-quant
+// Load-time repack of Q4_K, Q5_K and Q6_K rows into the 16-row groups the k-quant
 // kernels stream (layouts in include/lumen/target/packed_kquant.h): the 6-bit
 // scales and mins of Q4_K are expanded to one byte each (+4 bytes per 256
 // weights per row), the quants regrouped so that one 64-byte load gives 8
@@ -9,6 +9,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "lumen/quant/blocks.h"
 
@@ -73,24 +74,50 @@ void put_quant_vectors(const uint8_t* q, int j, int64_t r, uint8_t* vectors) {
   }
 }
 
-void pack_group_q4k(const quant::BlockQ4_K* rows, int64_t n_rows, int64_t supers, uint8_t* g) {
-  const int64_t super_bytes = kQ4KHeaderBytes + kKQuantSubBlocks * kQ4KSubBytes;
+// The 256 q (0..31) of a Q5_K block: Q4_K's nibbles plus bit j of qh[l] as bit 4.
+void q5k_values(const quant::BlockQ5_K& b, uint8_t* q) {
+  for (int p = 0; p < 4; ++p) {
+    for (int l = 0; l < 32; ++l) {
+      q[64 * p + l] = uint8_t((b.qs[32 * p + l] & 0xF) | (((b.qh[l] >> (2 * p)) & 1) << 4));
+      q[64 * p + 32 + l] = uint8_t((b.qs[32 * p + l] >> 4) | (((b.qh[l] >> (2 * p + 1)) & 1) << 4));
+    }
+  }
+}
+
+// Q4_K and Q5_K (Block: BlockQ4_K or BlockQ5_K; sub: the sub-block bytes).
+template <class Block>
+void pack_group_min_type(const Block* rows, int64_t n_rows, int64_t supers, int64_t sub_bytes, uint8_t* g) {
+  const int64_t super_bytes = kQ4KHeaderBytes + kKQuantSubBlocks * sub_bytes;
   std::memset(g, 0, supers * super_bytes);
   uint8_t q[kKQuantSuperK];
   for (int64_t sb = 0; sb < supers; ++sb) {
     uint8_t* s = g + sb * super_bytes;
     for (int64_t r = 0; r < n_rows; ++r) {
-      const quant::BlockQ4_K& b = rows[r * supers + sb];
-      q4k_values(b, q);
+      const Block& b = rows[r * supers + sb];
+      if constexpr (std::is_same_v<Block, quant::BlockQ4_K>) {
+        q4k_values(b, q);
+      } else {
+        q5k_values(b, q);
+      }
       std::memcpy(s + 2 * r, &b.d, 2);
       std::memcpy(s + 32 + 2 * r, &b.dmin, 2);
       for (int j = 0; j < kKQuantSubBlocks; ++j) {
-        uint8_t* sub = s + kQ4KHeaderBytes + j * kQ4KSubBytes;
+        uint8_t* sub = s + kQ4KHeaderBytes + j * sub_bytes;
         int sc, m;
         q4k_scale_min(b.scales, j, &sc, &m);
         sub[r] = uint8_t(sc);
         sub[16 + r] = uint8_t(m);
         put_quant_vectors(q, j, r, sub + 32);
+        if constexpr (std::is_same_v<Block, quant::BlockQ5_K>) {
+          for (int i = 0; i < 4; ++i) {
+            uint8_t byte = 0;
+            for (int v = 0; v < 4; ++v) {
+              byte |= uint8_t((q[32 * j + 8 * v + i] >> 4) << (2 * v));
+              byte |= uint8_t((q[32 * j + 8 * v + 4 + i] >> 4) << (2 * v + 1));
+            }
+            sub[kKQuantHighBits + 4 * r + i] = byte;
+          }
+        }
       }
     }
   }
@@ -117,7 +144,7 @@ void pack_group_q6k(const quant::BlockQ6_K* rows, int64_t n_rows, int64_t supers
           for (int i = 0; i < 4; ++i) {
             uint8_t byte = 0;
             for (int p = 0; p < 4; ++p) byte |= uint8_t((q[32 * j + 16 * u + 4 * p + i] >> 4) << (2 * p));
-            sub[32 + kQ6KQlBytes + 64 * u + 4 * r + i] = byte;
+            sub[kKQuantHighBits + 64 * u + 4 * r + i] = byte;
           }
         }
       }
@@ -131,16 +158,16 @@ const uint8_t* super_block(const uint8_t* group, DType t, int64_t sb) {
 
 }  // namespace
 
-bool has_packed_kquant(DType t) { return t == DType::Q4_K || t == DType::Q6_K; }
+bool has_packed_kquant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
 
 int64_t packed_kquant_header_bytes(DType t) {
   check_type(t, "packed_kquant_header_bytes");
-  return t == DType::Q4_K ? kQ4KHeaderBytes : kQ6KHeaderBytes;
+  return t == DType::Q6_K ? kQ6KHeaderBytes : kQ4KHeaderBytes;
 }
 
 int64_t packed_kquant_sub_bytes(DType t) {
   check_type(t, "packed_kquant_sub_bytes");
-  return t == DType::Q4_K ? kQ4KSubBytes : kQ6KSubBytes;
+  return t == DType::Q4_K ? kQ4KSubBytes : t == DType::Q5_K ? kQ5KSubBytes : kQ6KSubBytes;
 }
 
 int64_t packed_kquant_super_bytes(DType t) {
@@ -164,7 +191,11 @@ void pack_kquant(DType t, const void* src, int64_t rows, int64_t k, uint8_t* out
     const int64_t n = std::min(kRows, rows - g * kRows);
     uint8_t* dst = out + (first_group + g) * group_bytes;
     if (t == DType::Q4_K) {
-      pack_group_q4k(static_cast<const quant::BlockQ4_K*>(src) + g * kRows * supers, n, supers, dst);
+      pack_group_min_type(static_cast<const quant::BlockQ4_K*>(src) + g * kRows * supers, n, supers,
+                          kQ4KSubBytes, dst);
+    } else if (t == DType::Q5_K) {
+      pack_group_min_type(static_cast<const quant::BlockQ5_K*>(src) + g * kRows * supers, n, supers,
+                          kQ5KSubBytes, dst);
     } else {
       pack_group_q6k(static_cast<const quant::BlockQ6_K*>(src) + g * kRows * supers, n, supers, dst);
     }
@@ -189,8 +220,9 @@ int packed_kquant_q(DType t, const uint8_t* group, int64_t r, int64_t k) {
   const uint8_t low = sub[32 + 64 * (kk / 8) + 4 * r + kk % 4];
   const int q = kk % 8 >= 4 ? low >> 4 : low & 0xF;
   if (t == DType::Q4_K) return q;
+  if (t == DType::Q5_K) return q | (((sub[kKQuantHighBits + 4 * r + kk % 4] >> (2 * (kk / 8) + (kk % 8) / 4)) & 1) << 4);
   const int u = kk / 16, p = (kk % 16) / 4, i = kk % 4;
-  return q | (((sub[32 + kQ6KQlBytes + 64 * u + 4 * r + i] >> (2 * p)) & 3) << 4);
+  return q | (((sub[kKQuantHighBits + 64 * u + 4 * r + i] >> (2 * p)) & 3) << 4);
 }
 
 uint16_t packed_kquant_d(const uint8_t* group, DType t, int64_t r, int64_t sb) {
@@ -199,20 +231,20 @@ uint16_t packed_kquant_d(const uint8_t* group, DType t, int64_t r, int64_t sb) {
   return d;
 }
 
-uint16_t packed_kquant_dmin(const uint8_t* group, int64_t r, int64_t sb) {
+uint16_t packed_kquant_dmin(const uint8_t* group, DType t, int64_t r, int64_t sb) {
   uint16_t m;
-  std::memcpy(&m, super_block(group, DType::Q4_K, sb) + 32 + 2 * r, 2);
+  std::memcpy(&m, super_block(group, t, sb) + 32 + 2 * r, 2);
   return m;
 }
 
 int packed_kquant_scale(DType t, const uint8_t* group, int64_t r, int64_t sb, int64_t sub) {
   const uint8_t* s = super_block(group, t, sb) + packed_kquant_header_bytes(t);
-  if (t == DType::Q4_K) return s[sub * kQ4KSubBytes + r];
+  if (t != DType::Q6_K) return s[sub * packed_kquant_sub_bytes(t) + r];
   return int8_t(s[(sub / 2) * kQ6KSubBytes + 16 * (sub % 2) + r]);
 }
 
-int packed_kquant_min(const uint8_t* group, int64_t r, int64_t sb, int64_t j) {
-  return super_block(group, DType::Q4_K, sb)[kQ4KHeaderBytes + j * kQ4KSubBytes + 16 + r];
+int packed_kquant_min(const uint8_t* group, DType t, int64_t r, int64_t sb, int64_t j) {
+  return super_block(group, t, sb)[kQ4KHeaderBytes + j * packed_kquant_sub_bytes(t) + 16 + r];
 }
 
 }  // namespace lumen

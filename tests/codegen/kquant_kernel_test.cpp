@@ -1,6 +1,6 @@
-// The k-quant (Q4_K, Q6_K) GEMV and batch kernels against a scalar
+// The k-quant (Q4_K, Q5_K, Q6_K) GEMV and batch kernels against a scalar
 // dequantize-then-dot reference (a transcription of ggml's
-// dequantize_row_q4_K / q6_K, test-local until quant::dequantize_row lands)
+// dequantize_row_q4_K / q5_K / q6_K, test-local until quant::dequantize_row lands)
 // and against the packed-layout oracle (bit for bit, the fp32 stage being the
 // same), on random blocks with finite scales, for every ISA this CPU runs and
 // every epilogue; the batch kernel's row of each token equals the GEMV's.
@@ -34,7 +34,7 @@ using program::KernelId;
 constexpr uint32_t kPoisonBits = 0x7FC0DEADu;
 const Epilogue kAllEpilogues[] = {Epilogue::None, Epilogue::Bias, Epilogue::Residual, Epilogue::BiasResidual,
                                   Epilogue::SiluMul};
-const DType kTypes[] = {DType::Q4_K, DType::Q6_K};
+const DType kTypes[] = {DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 std::vector<Isa> runnable_isas() {
   std::vector<Isa> isas;
@@ -51,18 +51,42 @@ const JitKernel& kernel(Isa isa, DType t, const KernelId& id) {
   return *slot;
 }
 
+// ggml's get_scale_min_k4, transcribed.
+void scale_min_k4(const uint8_t* scales, int j, int* sc, int* m) {
+  if (j < 4) {
+    *sc = scales[j] & 63;
+    *m = scales[j + 4] & 63;
+  } else {
+    *sc = (scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4);
+    *m = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
+  }
+}
+
+// ggml's dequantize_row_q5_K, transcribed.
+void dequant_q5k(const quant::BlockQ5_K& b, float* y) {
+  const float d = f16_to_f32(b.d), min = f16_to_f32(b.dmin);
+  const uint8_t* ql = b.qs;
+  int is = 0;
+  uint8_t u1 = 1, u2 = 2;
+  for (int j = 0; j < 256; j += 64) {
+    int sc, m;
+    scale_min_k4(b.scales, is + 0, &sc, &m);
+    const float d1 = d * sc, m1 = min * m;
+    scale_min_k4(b.scales, is + 1, &sc, &m);
+    const float d2 = d * sc, m2 = min * m;
+    for (int l = 0; l < 32; ++l) *y++ = d1 * ((ql[l] & 0xF) + (b.qh[l] & u1 ? 16 : 0)) - m1;
+    for (int l = 0; l < 32; ++l) *y++ = d2 * ((ql[l] >> 4) + (b.qh[l] & u2 ? 16 : 0)) - m2;
+    ql += 32;
+    is += 2;
+    u1 = uint8_t(u1 << 2);
+    u2 = uint8_t(u2 << 2);
+  }
+}
+
 // ggml's dequantize_row_q4_K, transcribed.
 void dequant_q4k(const quant::BlockQ4_K& b, float* y) {
   const float d = f16_to_f32(b.d), min = f16_to_f32(b.dmin);
-  auto scale_min = [&](int j, int* sc, int* m) {
-    if (j < 4) {
-      *sc = b.scales[j] & 63;
-      *m = b.scales[j + 4] & 63;
-    } else {
-      *sc = (b.scales[j + 4] & 0xF) | ((b.scales[j - 4] >> 6) << 4);
-      *m = (b.scales[j + 4] >> 4) | ((b.scales[j] >> 6) << 4);
-    }
-  };
+  auto scale_min = [&](int j, int* sc, int* m) { scale_min_k4(b.scales, j, sc, m); };
   const uint8_t* q = b.qs;
   for (int j = 0, is = 0; j < 256; j += 64, is += 2, q += 32) {
     int sc, m;
@@ -109,10 +133,11 @@ std::vector<uint8_t> random_blocks(DType t, int64_t rows, int64_t k, std::mt1993
   std::uniform_real_distribution<float> scale(-0.02f, 0.02f);
   for (int64_t i = 0; i < nb; ++i) {
     uint8_t* blk = data.data() + i * bytes;
-    if (t == DType::Q4_K) {
-      auto* b = reinterpret_cast<quant::BlockQ4_K*>(blk);
-      b->d = f32_to_f16(scale(rng));
-      b->dmin = f32_to_f16(scale(rng));
+    if (t != DType::Q6_K) {
+      // d and dmin open Q4_K and Q5_K blocks.
+      const uint16_t d = f32_to_f16(scale(rng)), dmin = f32_to_f16(scale(rng));
+      std::memcpy(blk, &d, 2);
+      std::memcpy(blk + 2, &dmin, 2);
     } else {
       reinterpret_cast<quant::BlockQ6_K*>(blk)->d = f32_to_f16(scale(rng));
     }
@@ -125,6 +150,8 @@ std::vector<float> dequantize(DType t, const std::vector<uint8_t>& blocks, int64
   for (int64_t i = 0; i < rows * k / 256; ++i) {
     if (t == DType::Q4_K) {
       dequant_q4k(reinterpret_cast<const quant::BlockQ4_K*>(blocks.data())[i], w.data() + 256 * i);
+    } else if (t == DType::Q5_K) {
+      dequant_q5k(reinterpret_cast<const quant::BlockQ5_K*>(blocks.data())[i], w.data() + 256 * i);
     } else {
       dequant_q6k(reinterpret_cast<const quant::BlockQ6_K*>(blocks.data())[i], w.data() + 256 * i);
     }
@@ -333,9 +360,9 @@ TEST(KQuantKernels, PackedLayoutRoundTripsAndCostsAtMost3Percent) {
         const float d = f16_to_f32(packed_kquant_d(g, t, r % 16, sb));
         const int q = packed_kquant_q(t, g, r % 16, i);
         float v;
-        if (t == DType::Q4_K) {
+        if (t != DType::Q6_K) {
           v = d * float(packed_kquant_scale(t, g, r % 16, sb, j)) * float(q) -
-              f16_to_f32(packed_kquant_dmin(g, r % 16, sb)) * float(packed_kquant_min(g, r % 16, sb, j));
+              f16_to_f32(packed_kquant_dmin(g, t, r % 16, sb)) * float(packed_kquant_min(g, t, r % 16, sb, j));
         } else {
           v = d * float(packed_kquant_scale(t, g, r % 16, sb, (i % 256) / 16)) * float(q - 32);
         }

@@ -1,4 +1,4 @@
-// Internal: the k-quant (Q4_K, Q6_K) GEMV and batch kernels, shared by the
+// Internal: the k-quant (Q4_K, Q5_K, Q6_K) GEMV and batch kernels, shared by the
 // kernel tests and the kernel benchmark. Same ABI as the Q8_0 kernels
 // (MatMulArgs, ActBlock activations); the weights are the packed layouts of
 // target/packed_kquant.h and k_blocks must be a multiple of 8 (K % 256 == 0:
@@ -21,7 +21,7 @@ struct KQuantShape {
   bool fp32_acc_in_memory = false;
 };
 
-// Whether (isa, t, kernel) has a k-quant kernel: t Q4_K or Q6_K, a GEMV or
+// Whether (isa, t, kernel) has a k-quant kernel: t Q4_K, Q5_K or Q6_K, a GEMV or
 // batch kernel, any epilogue, any ISA.
 bool has_kquant_kernel(Isa isa, ops::DType t, const program::KernelId& kernel);
 // The shape the generator uses; InternalError unless has_kquant_kernel.

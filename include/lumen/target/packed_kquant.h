@@ -1,4 +1,4 @@
-// The packed k-quant (Q4_K, Q6_K) weight layouts the k-quant kernels stream.
+// The packed k-quant (Q4_K, Q5_K, Q6_K) weight layouts the k-quant kernels stream.
 // Weights are repacked once at load time into 16-row groups; this header is
 // the one place that says what the layouts are. Unlike packed Q8_0 they are
 // the same for every ISA (the quants are unsigned, so vpdpbusd and
@@ -15,6 +15,10 @@
 //   then 8 sub-blocks (one per 32-block j) of 288 bytes at 64 + 288j:
 //     [0, 16) the 6-bit scale of row r at r, [16, 32) the 6-bit min,
 //     [32, 288) 4 quant vectors, vector v at 32 + 64v for k0 = 32j + 8v.
+// Q5_K super-block (16 x 180 bytes, GGUF: 16 x 176): as Q4_K, with sub-blocks
+//   of 352 bytes: after the 4 quant vectors (the low 4 bits of q), at 288, one
+//   64-byte vector of the fifth bits: row r's dword at 4r, byte i holding at
+//   bit 2v the fifth bit of k = 32j + 8v + i and at bit 2v + 1 that of 32j + 8v + 4 + i.
 // Q6_K super-block (16 x 210 bytes, as GGUF):
 //   [0, 32) d, fp16;
 //   then 8 sub-blocks of 416 bytes at 32 + 416j:
@@ -35,12 +39,13 @@ namespace lumen {
 inline constexpr int64_t kKQuantSuperK = 256;
 inline constexpr int64_t kKQuantSubBlocks = 8;  // 32-blocks per super-block
 inline constexpr int64_t kQ4KHeaderBytes = 64, kQ4KSubBytes = 288;
+inline constexpr int64_t kQ5KSubBytes = 352;
 inline constexpr int64_t kQ6KHeaderBytes = 32, kQ6KSubBytes = 416;
-inline constexpr int64_t kQ6KQlBytes = 256;  // offset of the high bits in a Q6_K sub-block, after scales
+inline constexpr int64_t kKQuantHighBits = 288;  // offset of the high bits (Q5_K, Q6_K) in a sub-block
 
-// Whether t has a packed k-quant layout (Q4_K, Q6_K).
+// Whether t has a packed k-quant layout (Q4_K, Q5_K, Q6_K).
 bool has_packed_kquant(ops::DType t);
-// Bytes of one super-block of one 16-row group: 2368 (Q4_K), 3360 (Q6_K).
+// Bytes of one super-block of one 16-row group: 2368 (Q4_K), 2880 (Q5_K), 3360 (Q6_K).
 int64_t packed_kquant_super_bytes(ops::DType t);
 int64_t packed_kquant_header_bytes(ops::DType t);
 int64_t packed_kquant_sub_bytes(ops::DType t);
@@ -55,14 +60,14 @@ void pack_kquant(ops::DType t, const void* src, int64_t rows, int64_t k, uint8_t
 void pack_kquant_gate_up(ops::DType t, const void* gate, const void* up, int64_t rows, int64_t k, uint8_t* out);
 
 // Reference decoding of one packed group (the scalar oracle reads these).
-// Q4_K: q in 0..15 of weight (r, k); Q6_K: q in 0..63 (the value is q - 32).
+// q of weight (r, k): Q4_K 0..15, Q5_K 0..31, Q6_K 0..63 (the value is q - 32).
 int packed_kquant_q(ops::DType t, const uint8_t* group, int64_t r, int64_t k);
-// fp16 bits of d (Q4_K, Q6_K) or dmin (Q4_K) of row r in super-block sb.
+// fp16 bits of d or (Q4_K, Q5_K) dmin of row r in super-block sb.
 uint16_t packed_kquant_d(const uint8_t* group, ops::DType t, int64_t r, int64_t sb);
-uint16_t packed_kquant_dmin(const uint8_t* group, int64_t r, int64_t sb);
-// Q4_K: the 6-bit scale / min of 32-block j (0..7) of super-block sb;
+uint16_t packed_kquant_dmin(const uint8_t* group, ops::DType t, int64_t r, int64_t sb);
+// Q4_K, Q5_K: the 6-bit scale / min of 32-block j (0..7) of super-block sb;
 // Q6_K: packed_kquant_scale gives the int8 scale of 16-block s (0..15).
 int packed_kquant_scale(ops::DType t, const uint8_t* group, int64_t r, int64_t sb, int64_t sub);
-int packed_kquant_min(const uint8_t* group, int64_t r, int64_t sb, int64_t j);
+int packed_kquant_min(const uint8_t* group, ops::DType t, int64_t r, int64_t sb, int64_t j);
 
 }  // namespace lumen
