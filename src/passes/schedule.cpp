@@ -2,6 +2,7 @@
 #include "lumen/passes/passes.h"
 #include "lumen/target/kernel_registers.h"
 #include "lumen/target/packed_q8_0.h"
+#include "lumen/target/weight_formats.h"
 #include "pass_util.h"
 
 namespace lumen::passes {
@@ -59,9 +60,17 @@ void schedule(ir::Module& m, Isa target) {
     // insert_quantize, earlier in the pipeline, made every matmul input act_q8.
     LUMEN_ASSERT(!op.operands.empty() && m.forward.type(op.operands[0]).dtype == ir::DType::ActQ8,
                  "schedule: " + detail::describe(op) + ": the input must be act_q8 (run insert_quantize first)");
+    // The decode and batch kernels stream the weights' packed format; the
+    // prefill GEMM reads Q8_0 (the runtime converts other formats per task).
+    const ir::Weight* first = m.find_weight(op.weights.front().name);
+    const ops::DType format = packed_format(first->dtype, target);
+    for (const auto& w : op.weights) {
+      LUMEN_ASSERT(packed_format(m.find_weight(w.name)->dtype, target) == format,
+                   "schedule: " + detail::describe(op) + ": the weights run in different packed formats");
+    }
     program::Epilogue e = op.epilogue;
-    op.set_attr("decode_kernel", ir::Attr::string(to_string(program::KernelId::gemv(e))));
-    op.set_attr("batch_kernel", ir::Attr::string(to_string(program::KernelId::batch(e))));
+    op.set_attr("decode_kernel", ir::Attr::string(to_string(program::KernelId::gemv(e, format))));
+    op.set_attr("batch_kernel", ir::Attr::string(to_string(program::KernelId::batch(e, format))));
     op.set_attr("prefill_kernel", ir::Attr::string(to_string(prefill_kernel(target, e))));
     op.set_attr("rows_per_task", ir::Attr::integer(kRowsPerTask));
     op.set_attr("tokens_per_task", ir::Attr::integer(kTokensPerTask));

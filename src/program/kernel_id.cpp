@@ -4,6 +4,7 @@
 #include "lumen/program/program.h"
 #include "lumen/target/kernel_registers.h"
 #include "lumen/target/packed_q8_0.h"
+#include "lumen/target/weight_formats.h"
 
 namespace lumen::program {
 namespace {
@@ -34,7 +35,9 @@ const char* to_string(KernelKind k) {
 }
 
 std::string to_string(const KernelId& k) {
-  std::string text = std::string(to_string(k.kind)) + "." + to_string(k.epilogue);
+  std::string text = std::string(to_string(k.kind)) + ".";
+  if (k.weight != DType::Q8_0) text += std::string(to_string(k.weight)) + ".";
+  text += to_string(k.epilogue);
   if (k.kind == KernelKind::Gemm) text += ".m" + std::to_string(k.tile_m) + "n" + std::to_string(k.tile_n);
   return text;
 }
@@ -44,6 +47,7 @@ bool is_valid(const KernelId& k, std::string* why) {
     if (why) *why = reason;
     return false;
   };
+  if (!is_packed_format(k.weight)) return refuse_with("the weight is not a packed format");
   if (k.kind == KernelKind::Gemv) {
     if (k.tile_m != KernelId::kGemvTileM || k.tile_n != KernelId::kGemvTileN)
       return refuse_with("a gemv kernel has no tile of its own");
@@ -54,6 +58,7 @@ bool is_valid(const KernelId& k, std::string* why) {
       return refuse_with("a batch kernel has no tile of its own");
     return true;
   }
+  if (k.weight != DType::Q8_0) return refuse_with("a gemm kernel reads packed q8_0");
   // A Gemm's row tile is whole packed row groups.
   if (k.tile_m < kPackRows || k.tile_m % kPackRows != 0 || k.tile_m > 1024)
     return refuse_with("tile_m must be a multiple of 16 in [16, 1024]");
@@ -63,6 +68,12 @@ bool is_valid(const KernelId& k, std::string* why) {
 
 bool fits(const KernelId& k, Isa isa, std::string* why) {
   if (!is_valid(k, why)) return false;
+  bool runs = k.weight == DType::Q8_0;
+  for (const ops::DTypeRow& t : ops::kDTypes) runs = runs || (t.weight && packed_format(t.id, isa) == k.weight);
+  if (!runs) {
+    if (why) *why = std::string("no weight type runs as ") + to_string(k.weight) + " on " + to_string(isa);
+    return false;
+  }
   if (k.kind != KernelKind::Gemm) return true;
   const int64_t packed_groups = k.tile_m / kPackRows * (k.epilogue == Epilogue::SiluMul ? 2 : 1);
   if (gemm_tile_fits(isa, packed_groups, k.tile_n)) return true;
@@ -80,9 +91,16 @@ std::optional<KernelId> parse_kernel_id(std::string_view text, std::string* why)
   } else if (rest.starts_with("batch.")) {
     k = KernelId::batch(Epilogue::None);
   } else {
-    return refuse(why, "expected gemv.<epilogue>, batch.<epilogue> or gemm.<epilogue>.m<M>n<N>");
+    return refuse(why, "expected gemv[.<weight>].<epilogue>, batch[.<weight>].<epilogue> or gemm[.<weight>].<epilogue>.m<M>n<N>");
   }
   rest.remove_prefix(std::string_view(to_string(k.kind)).size() + 1);
+  // An optional weight format: no epilogue's name is a type's name.
+  if (const size_t dot = rest.find('.'); dot != std::string_view::npos) {
+    if (const std::optional<DType> w = ops::parse_dtype(rest.substr(0, dot))) {
+      k.weight = *w;
+      rest.remove_prefix(dot + 1);
+    }
+  }
   std::string_view epilogue = rest, tile;
   if (k.kind == KernelKind::Gemm) {
     const size_t dot = rest.rfind('.');

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "lumen/program/program.h"
+#include "lumen/target/weight_formats.h"
 
 namespace lumen::program {
 namespace {
@@ -32,7 +33,27 @@ TEST(KernelId, EveryValidIdRoundTrips) {
       ASSERT_TRUE(back.has_value()) << to_string(k);
       EXPECT_EQ(*back, k) << to_string(k);
     }
+    for (DType w : kPackedFormats) {
+      for (const KernelId& k : {KernelId::gemv(e, w), KernelId::batch(e, w)}) {
+        const std::optional<KernelId> back = parse_kernel_id(to_string(k));
+        ASSERT_TRUE(back.has_value()) << to_string(k);
+        EXPECT_EQ(*back, k) << to_string(k);
+      }
+    }
   }
+}
+
+TEST(KernelId, SpellsTheWeightFormatOnlyWhenNotQ8_0) {
+  EXPECT_EQ(to_string(KernelId::gemv(Epilogue::Bias, DType::Q8_0)), "gemv.bias");
+  EXPECT_EQ(to_string(KernelId{KernelKind::Gemv, Epilogue::Bias, KernelId::kGemvTileM, KernelId::kGemvTileN,
+                               DType::Q5_0}),
+            "gemv.q5_0.bias");
+  EXPECT_EQ(kernel_symbol(KernelId{KernelKind::Batch, Epilogue::SiluMul, KernelId::kBatchTileM,
+                                   KernelId::kBatchMaxTokens, DType::Q4_0}),
+            "lumen_batch_q4_0_silu_mul");
+  std::string why;
+  EXPECT_FALSE(is_valid(KernelId::gemv(Epilogue::None, DType::F32), &why));
+  EXPECT_EQ(why, "the weight is not a packed format");
 }
 
 TEST(KernelId, RefusesAnythingElseWithAReason) {
@@ -40,7 +61,8 @@ TEST(KernelId, RefusesAnythingElseWithAReason) {
                           "gemm.none.m16n0", "gemm.none.m16n65", "gemm.none.m1040n4", "gemm.none.m16nx",
                           "gemm.none.mn4", "gemm.none.m16n4x", "gemm.none.m016n4", "gemm.none.m-16n4",
                           "gemv.none.m16n4", "conv.none", "GEMV.none", "batch", "batch.", "batch.gelu",
-                          "batch.none.m32n8", "batchx.none"}) {
+                          "batch.none.m32n8", "batchx.none", "gemv.q8_0.bias", "gemv.f32.none",
+                          "gemv.q5_0", "gemv.none.q5_0", "gemm.q5_0.none.m16n4"}) {
     std::string why;
     EXPECT_FALSE(parse_kernel_id(bad, &why).has_value()) << bad;
     EXPECT_FALSE(why.empty()) << bad;

@@ -123,23 +123,35 @@ const char* to_string(KernelKind k);  // "gemv", "gemm", "batch"
 //
 // Text form (program text, kernel table, profiles), written only by
 // to_string() and read only by parse_kernel_id():
-//   "gemv.<epilogue>", "batch.<epilogue>"  or  "gemm.<epilogue>.m<tile_m>n<tile_n>"
-// with the epilogue as to_string(Epilogue), e.g. "gemm.bias.m48n4".
+//   "gemv[.<weight>].<epilogue>", "batch[.<weight>].<epilogue>"  or
+//   "gemm[.<weight>].<epilogue>.m<tile_m>n<tile_n>"
+// with the epilogue as to_string(Epilogue) and the weight format as
+// to_string(DType), spelled only when it is not Q8_0 (so the names of the
+// Q8_0 kernels, and model.so files holding them, stay what they were):
+// "gemm.bias.m48n4", "gemv.q5_0.bias".
 struct KernelId {
   KernelKind kind = KernelKind::Gemv;
   Epilogue epilogue = Epilogue::None;
   int64_t tile_m = kGemvTileM;  // Gemm: the register tile's rows, a multiple of 16 in [16, 1024]
   int64_t tile_n = kGemvTileN;  // Gemm: the register tile's tokens, in [1, 64]
+  // The packed weight format the kernel streams (target/weight_formats.h):
+  // one of kPackedFormats; a Gemm's is Q8_0 (other formats are converted to
+  // it per task).
+  DType weight = DType::Q8_0;
 
   // A Gemv's and a Batch's tiles are fixed values, not register tiles (codegen
   // gives each ISA its own, kernel_support.h), so that equal kernels compare
   // equal; a Batch serves 2..kBatchMaxTokens tokens.
   static constexpr int64_t kGemvTileM = 16, kGemvTileN = 1;
   static constexpr int64_t kBatchTileM = 32, kBatchMaxTokens = 8;
-  static KernelId gemv(Epilogue e) { return KernelId{KernelKind::Gemv, e, kGemvTileM, kGemvTileN}; }
-  static KernelId batch(Epilogue e) { return KernelId{KernelKind::Batch, e, kBatchTileM, kBatchMaxTokens}; }
+  static KernelId gemv(Epilogue e, DType weight = DType::Q8_0) {
+    return KernelId{KernelKind::Gemv, e, kGemvTileM, kGemvTileN, weight};
+  }
+  static KernelId batch(Epilogue e, DType weight = DType::Q8_0) {
+    return KernelId{KernelKind::Batch, e, kBatchTileM, kBatchMaxTokens, weight};
+  }
   static KernelId gemm(Epilogue e, int64_t tile_m, int64_t tile_n) {
-    return KernelId{KernelKind::Gemm, e, tile_m, tile_n};
+    return KernelId{KernelKind::Gemm, e, tile_m, tile_n, DType::Q8_0};
   }
   friend auto operator<=>(const KernelId&, const KernelId&) = default;
 };
@@ -147,10 +159,12 @@ std::string to_string(const KernelId& k);
 // The inverse of to_string(KernelId): nullopt, and the reason in *why, for
 // any text to_string cannot produce or whose kernel would be invalid.
 std::optional<KernelId> parse_kernel_id(std::string_view text, std::string* why = nullptr);
-// Whether `k` is a kernel at all (tile bounds; a Gemv's or Batch's tile is the fixed one).
+// Whether `k` is a kernel at all (tile bounds; a Gemv's or Batch's tile is the
+// fixed one; the weight a packed format, Q8_0 for a Gemm).
 bool is_valid(const KernelId& k, std::string* why = nullptr);
-// Whether codegen can generate `k` for `isa`: it is_valid, and a Gemm's tile
-// fits the ISA's registers (target/kernel_registers.h).
+// Whether codegen can generate `k` for `isa`: it is_valid, a Gemm's tile
+// fits the ISA's registers (target/kernel_registers.h), and its weight format
+// is one a weight type runs in on the ISA (Q8_0, or packed_format(w, isa) == w).
 bool fits(const KernelId& k, Isa isa, std::string* why = nullptr);
 // An assembler symbol for `k` ("lumen_gemm_bias_m48n4"): emitted model.so
 // names its kernels with it, so profilers and disassemblers show them.
