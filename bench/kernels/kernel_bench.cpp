@@ -22,10 +22,13 @@
 
 #include "lumen/codegen/codegen.h"
 #include "lumen/codegen/kernel_support.h"
+#include "lumen/codegen/kquant_kernel.h"
 #include "lumen/passes/passes.h"
 #include "lumen/target/membw.h"
 #include "lumen/target/kernel_abi.h"
+#include "lumen/target/packed_kquant.h"
 #include "lumen/target/page_buffer.h"
+#include "lumen/quant/blocks.h"
 
 namespace {
 
@@ -102,8 +105,46 @@ struct Weights {
   int64_t stride = 0;  // bytes from one copy to the next
   const uint8_t* copy(int64_t i) const { return pages.data() + (i % copies) * stride; }
   int64_t bytes = 0;  // one copy
+  int64_t group_bytes = 0;  // one packed 16-row group
   double pack_gbs = 0;  // load-time repack speed, best copy
 };
+
+// k-quant weights (--format q4_k, q5_k, q6_k): random blocks with a finite scale,
+// packed as the k-quant kernels read them.
+Weights make_kquant_weights(ops::DType t, const Shape& s, int64_t min_total_bytes) {
+  const int64_t rows = s.epilogue == Epilogue::SiluMul ? 2 * s.m : s.m;
+  const int64_t block = ops::row(t).block_bytes, row_bytes = s.k / 256 * block;
+  std::mt19937 rng(1);
+  std::vector<uint8_t> src(rows * row_bytes);
+  for (auto& b : src) b = uint8_t(rng());
+  // d (and dmin) are the first fp16 of a Q4_K or Q5_K block, the last of a Q6_K one.
+  const int64_t d_off = t != ops::DType::Q6_K ? 0 : block - 2;
+  for (int64_t i = 0; i < int64_t(src.size()); i += block) {
+    const uint16_t d = f32_to_f16(0.001f);
+    std::memcpy(&src[i + d_off], &d, 2);
+    if (t != ops::DType::Q6_K) std::memcpy(&src[i + 2], &d, 2);
+  }
+  Weights w;
+  w.bytes = packed_kquant_bytes(t, rows, s.k);
+  w.group_bytes = s.k / 256 * packed_kquant_super_bytes(t);
+  w.copies = std::max<int64_t>(1, (min_total_bytes + w.bytes - 1) / w.bytes);
+  w.stride = (w.bytes + 4095) / 4096 * 4096;
+  w.pages = PageBuffer(static_cast<size_t>(w.copies * w.stride), PageBuffer::Pages::Huge);
+  for (int64_t c = 0; c < w.copies; ++c) {
+    for (size_t i = 0; i < src.size(); i += 4096) src[i] ^= uint8_t(rng());
+    uint8_t* packed = w.pages.data() + c * w.stride;
+    std::memset(packed, 0, static_cast<size_t>(w.bytes));
+    const auto t0 = std::chrono::steady_clock::now();
+    if (s.epilogue == Epilogue::SiluMul) {
+      pack_kquant_gate_up(t, src.data(), src.data() + s.m * row_bytes, s.m, s.k, packed);
+    } else {
+      pack_kquant(t, src.data(), rows, s.k, packed, 0);
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    w.pack_gbs = std::max(w.pack_gbs, double(w.bytes) / secs / 1e9);
+  }
+  return w;
+}
 
 Weights make_weights(Isa isa, const Shape& s, int64_t min_total_bytes) {
   const int64_t rows = s.epilogue == Epilogue::SiluMul ? 2 * s.m : s.m;
@@ -115,6 +156,7 @@ Weights make_weights(Isa isa, const Shape& s, int64_t min_total_bytes) {
   }
   Weights w;
   w.bytes = packed_bytes(isa, rows, s.k);
+  w.group_bytes = s.k / 32 * kPackedBlockBytes;
   w.copies = std::max<int64_t>(1, (min_total_bytes + w.bytes - 1) / w.bytes);
   w.stride = (w.bytes + 4095) / 4096 * 4096;
   w.pages = PageBuffer(static_cast<size_t>(w.copies * w.stride), PageBuffer::Pages::Huge);
@@ -197,7 +239,7 @@ double time_matmul(SpinPool& pool, MatMulFn fn, const Weights& w, const Shape& s
       if (g0 == g1) return;
       for (int64_t t0 = 0; t0 < n; t0 += tokens_per_task) {
         MatMulArgs a{};
-        a.w = base + g0 * mult * kb * kPackedBlockBytes;
+        a.w = base + g0 * mult * w.group_bytes;
         a.x = x.data() + t0 * kb;
         a.y = y.data() + t0 * s.m + g0 * 16;
         a.bias = bias.data() + g0 * 16;
@@ -262,6 +304,8 @@ int main(int argc, char** argv) {
   app.add_option("--shape", only, "run only shapes whose name contains this");
   app.add_option("--sweep", sweep, "gemv: sweep prefetch distance and groups; gemm: sweep tiles (down shape)");
   bool small_n = false;
+  std::string format = "q8_0";
+  app.add_option("--format", format, "weight type: q8_0 (default), q4_k, q5_k or q6_k (GEMV and batch kernels, K = 4864)");
   app.add_flag("--cpu-time", g_cpu_time, "time samples in thread CPU time (1 thread only; for loaded hosts)");
   app.add_flag("--small-n", small_n,
                "instead of the table: GEMM at N = 2, 4, 8, 16 (the --tile kernel and m16n8) against the GEMV, "
@@ -318,8 +362,14 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  const ops::DType weight_type = ops::parse_dtype(format).value_or(ops::DType::F32);
+  const bool kquant = has_packed_kquant(weight_type);
+  if (weight_type != ops::DType::Q8_0 && !kquant) {
+    fmt::print(stderr, "lumen-bench-kernels: unknown --format '{}' (q8_0, q4_k, q5_k, q6_k)\n", format);
+    return 1;
+  }
   auto tile_name = [](const KernelId& k) { return fmt::format("m{}n{}", k.tile_m, k.tile_n); };
-  fmt::print("cpu: {}\nisa: {}\n", cpu_feature_names(cpu_features()), to_string(isa));
+  fmt::print("cpu: {}\nisa: {}\nformat: {}\n", cpu_feature_names(cpu_features()), to_string(isa), format);
 
   const Shape shapes[] = {
       {"qkv 896x1152", 1152, 896, Epilogue::Bias},
@@ -336,6 +386,35 @@ int main(int argc, char** argv) {
     fmt::print("\n== {} thread(s): read bandwidth {:.1f} GB/s best whole pass, {:.1f} GB/s best 16 MiB step "
                "(1 GiB, best of 5); %bw below is against the whole pass (sustained, as the {:.0f} ms samples)\n",
                threads, bw_pass, bw, window_ms);
+    if (kquant) {
+      // k-quant weights occur only where K % 256 == 0: in Qwen2.5-0.5B's
+      // Q4_K_M, ffn_down (4864 wide); gate.up here is 4864 wide too.
+      const Shape kq_shapes[] = {{"down 4864x896", 896, 4864, Epilogue::Residual},
+                                 {"gate.up 4864x1792", 896, 4864, Epilogue::SiluMul}};
+      fmt::print("{:<18} {:>9} {:>8} {:>6} | {:>16} {:>16} {:>16}\n", "shape", "gemv us", "GB/s", "%bw",
+                 "N=2 us (xN1)", "N=4", "N=8");
+      for (const Shape& s : kq_shapes) {
+        if (std::string(s.name).find(only) == std::string::npos) continue;
+        const Weights w = make_kquant_weights(weight_type, s, cold_bytes);
+        const std::vector<ActBlock> x = make_acts(8, s.k);
+        std::vector<float> y(8 * s.m, 0.0f), bias(s.m, 0.5f);
+        const KernelId gemv = KernelId::gemv(s.epilogue), batch = KernelId::batch(s.epilogue);
+        codegen::KQuantShape gemv_shape = codegen::kquant_kernel_shape(isa, weight_type, gemv);
+        if (prefetch >= 0) gemv_shape.prefetch_bytes = prefetch;
+        JitKernel gemv_kernel(codegen::generate_kquant_kernel(isa, weight_type, gemv, gemv_shape));
+        JitKernel batch_kernel(codegen::generate_kquant_kernel(isa, weight_type, batch));
+        const double t1 = time_matmul(pool, gemv_kernel.fn(), w, s, x, y, bias, 1, 1, window);
+        const double gbs = double(w.bytes) / t1 / 1e9;
+        std::string cells;
+        for (int64_t n : {2, 4, 8}) {
+          const double t = time_matmul(pool, batch_kernel.fn(), w, s, x, y, bias, n, n, window);
+          cells += fmt::format(" {:>16}", fmt::format("{:.1f} ({:.2f}x)", t * 1e6, t / t1));
+        }
+        fmt::print("{:<18} {:>9.1f} {:>8.1f} {:>5.0f}% |{}   repack {:.2f} GB/s\n", s.name, t1 * 1e6, gbs,
+                   100 * gbs / bw_pass, cells, w.pack_gbs);
+      }
+      continue;
+    }
     if (small_n) {
       // N decode steps of N sequences in one GEMM against one GEMV: while the
       // GEMM is bound by the weight stream it should cost little more.

@@ -1,0 +1,38 @@
+// Internal: the k-quant (Q4_K, Q5_K, Q6_K) GEMV and batch kernels, shared by the
+// kernel tests and the kernel benchmark. Same ABI as the Q8_0 kernels
+// (MatMulArgs, ActBlock activations); the weights are the packed layouts of
+// target/packed_kquant.h and k_blocks must be a multiple of 8 (K % 256 == 0:
+// otherwise the kernel returns without writing y).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "lumen/ops/op_list.h"
+#include "lumen/program/program.h"
+#include "lumen/target/kernel_abi.h"
+
+namespace lumen::codegen {
+
+struct KQuantShape {
+  int64_t groups = 1;          // output row groups per register tile
+  int64_t tokens = 1;          // tokens per register tile
+  int64_t prefetch_bytes = 0;  // software prefetch distance on the weight stream, 0 = none
+  bool fp32_acc_in_memory = false;
+};
+
+// Whether (isa, t, kernel) has a k-quant kernel: t Q4_K, Q5_K or Q6_K, a GEMV or
+// batch kernel, any epilogue, any ISA.
+bool has_kquant_kernel(Isa isa, ops::DType t, const program::KernelId& kernel);
+// The shape the generator uses; InternalError unless has_kquant_kernel.
+KQuantShape kquant_kernel_shape(Isa isa, ops::DType t, const program::KernelId& kernel);
+bool kquant_shape_fits(Isa isa, ops::DType t, program::Epilogue e, const KQuantShape& shape);
+std::vector<uint8_t> generate_kquant_kernel(Isa isa, ops::DType t, const program::KernelId& kernel);
+std::vector<uint8_t> generate_kquant_kernel(Isa isa, ops::DType t, const program::KernelId& kernel,
+                                            const KQuantShape& shape);
+
+// The scalar oracle with the kernels' arithmetic (fp32 stage in the same
+// order). Throws std::invalid_argument unless k_blocks % 8 == 0.
+void reference_kquant_matmul(ops::DType t, program::Epilogue epilogue, const MatMulArgs& args);
+
+}  // namespace lumen::codegen

@@ -1,0 +1,73 @@
+// The packed k-quant (Q4_K, Q5_K, Q6_K) weight layouts the k-quant kernels stream.
+// Weights are repacked once at load time into 16-row groups; this header is
+// the one place that says what the layouts are. Unlike packed Q8_0 they are
+// the same for every ISA (the quants are unsigned, so vpdpbusd and
+// vpmaddubsw read them as they are).
+//
+// A group of a matrix with K columns holds K/256 super-blocks of
+// packed_kquant_super_bytes(t) bytes each, in k order. In both layouts a
+// "quant vector" is 64 bytes: row r's dword at 4r, whose byte i holds weight
+// k0 + i in its low nibble and k0 + 4 + i in its high nibble, so one load gives
+// 8 consecutive k of all 16 rows (rows 0-7 in the first 32 bytes).
+//
+// Q4_K super-block (16 x 148 bytes, GGUF: 16 x 144):
+//   [0, 32) d and [32, 64) dmin, fp16, row r at 2r;
+//   then 8 sub-blocks (one per 32-block j) of 288 bytes at 64 + 288j:
+//     [0, 16) the 6-bit scale of row r at r, [16, 32) the 6-bit min,
+//     [32, 288) 4 quant vectors, vector v at 32 + 64v for k0 = 32j + 8v.
+// Q5_K super-block (16 x 180 bytes, GGUF: 16 x 176): as Q4_K, with sub-blocks
+//   of 352 bytes: after the 4 quant vectors (the low 4 bits of q), at 288, one
+//   64-byte vector of the fifth bits: row r's dword at 4r, byte i holding at
+//   bit 2v the fifth bit of k = 32j + 8v + i and at bit 2v + 1 that of 32j + 8v + 4 + i.
+// Q6_K super-block (16 x 210 bytes, as GGUF):
+//   [0, 32) d, fp16;
+//   then 8 sub-blocks of 416 bytes at 32 + 416j:
+//     [0, 32) the int8 scales of the two 16-blocks, 16-block s of row r at 16s + r,
+//     [32, 288) the low 4 bits of q as 4 quant vectors (as Q4_K),
+//     [288, 416) the high 2 bits: two 64-byte vectors u (k 32j + 16u + 0..15),
+//       row r's dword at 4r, byte i holding bits 2p..2p+1 = high bits of
+//       k = 32j + 16u + 4p + i.
+// Padding rows (past the matrix, up to the group) are all zero.
+#pragma once
+
+#include <cstdint>
+
+#include "lumen/ops/op_list.h"
+
+namespace lumen {
+
+inline constexpr int64_t kKQuantSuperK = 256;
+inline constexpr int64_t kKQuantSubBlocks = 8;  // 32-blocks per super-block
+inline constexpr int64_t kQ4KHeaderBytes = 64, kQ4KSubBytes = 288;
+inline constexpr int64_t kQ5KSubBytes = 352;
+inline constexpr int64_t kQ6KHeaderBytes = 32, kQ6KSubBytes = 416;
+inline constexpr int64_t kKQuantHighBits = 288;  // offset of the high bits (Q5_K, Q6_K) in a sub-block
+
+// Whether t has a packed k-quant layout (Q4_K, Q5_K, Q6_K).
+bool has_packed_kquant(ops::DType t);
+// Bytes of one super-block of one 16-row group: 2368 (Q4_K), 2880 (Q5_K), 3360 (Q6_K).
+int64_t packed_kquant_super_bytes(ops::DType t);
+int64_t packed_kquant_header_bytes(ops::DType t);
+int64_t packed_kquant_sub_bytes(ops::DType t);
+// Bytes of `rows` x k packed (rows padded up to the group). Throws
+// std::invalid_argument unless k is a positive multiple of 256.
+int64_t packed_kquant_bytes(ops::DType t, int64_t rows, int64_t k);
+// Packs `rows` rows of GGUF blocks of type t (k elements each) at packed row
+// group `first_group` of `out`.
+void pack_kquant(ops::DType t, const void* src, int64_t rows, int64_t k, uint8_t* out, int64_t first_group);
+// Packs gate and up (each `rows` x k) alternating per row group, as the
+// SiluMul epilogue reads them: 2 * packed_kquant_bytes(t, rows, k) bytes.
+void pack_kquant_gate_up(ops::DType t, const void* gate, const void* up, int64_t rows, int64_t k, uint8_t* out);
+
+// Reference decoding of one packed group (the scalar oracle reads these).
+// q of weight (r, k): Q4_K 0..15, Q5_K 0..31, Q6_K 0..63 (the value is q - 32).
+int packed_kquant_q(ops::DType t, const uint8_t* group, int64_t r, int64_t k);
+// fp16 bits of d or (Q4_K, Q5_K) dmin of row r in super-block sb.
+uint16_t packed_kquant_d(const uint8_t* group, ops::DType t, int64_t r, int64_t sb);
+uint16_t packed_kquant_dmin(const uint8_t* group, ops::DType t, int64_t r, int64_t sb);
+// Q4_K, Q5_K: the 6-bit scale / min of 32-block j (0..7) of super-block sb;
+// Q6_K: packed_kquant_scale gives the int8 scale of 16-block s (0..15).
+int packed_kquant_scale(ops::DType t, const uint8_t* group, int64_t r, int64_t sb, int64_t sub);
+int packed_kquant_min(const uint8_t* group, ops::DType t, int64_t r, int64_t sb, int64_t j);
+
+}  // namespace lumen

@@ -1,0 +1,250 @@
+// Load-time repack of Q4_K, Q5_K and Q6_K rows into the 16-row groups the k-quant
+// kernels stream (layouts in include/lumen/target/packed_kquant.h): the 6-bit
+// scales and mins of Q4_K are expanded to one byte each (+4 bytes per 256
+// weights per row), the quants regrouped so that one 64-byte load gives 8
+// consecutive k of 16 rows.
+#include "lumen/target/packed_kquant.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "lumen/quant/blocks.h"
+
+namespace lumen {
+namespace {
+
+using ops::DType;
+constexpr int64_t kRows = 16;
+
+void check_type(DType t, const char* who) {
+  if (!has_packed_kquant(t)) {
+    throw std::invalid_argument(std::string(who) + ": no packed k-quant layout for " + ops::row(t).name);
+  }
+}
+
+// ggml's get_scale_min_k4: the 6-bit scale and min of 32-block j of a Q4_K block.
+void q4k_scale_min(const uint8_t* q, int j, int* sc, int* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// The 256 q (0..15) of a Q4_K block: 32-block j is the low (j even) or high
+// (j odd) nibbles of qs[32 (j/2) ..].
+void q4k_values(const quant::BlockQ4_K& b, uint8_t* q) {
+  for (int p = 0; p < 4; ++p) {
+    for (int l = 0; l < 32; ++l) {
+      q[64 * p + l] = b.qs[32 * p + l] & 0xF;
+      q[64 * p + 32 + l] = b.qs[32 * p + l] >> 4;
+    }
+  }
+}
+
+// The 256 q (0..63) of a Q6_K block, in the order of ggml's dequantize_row_q6_K.
+void q6k_values(const quant::BlockQ6_K& b, uint8_t* q) {
+  for (int half = 0; half < 2; ++half) {
+    const uint8_t* ql = b.ql + 64 * half;
+    const uint8_t* qh = b.qh + 32 * half;
+    uint8_t* y = q + 128 * half;
+    for (int l = 0; l < 32; ++l) {
+      y[l] = uint8_t((ql[l] & 0xF) | ((qh[l] & 3) << 4));
+      y[l + 32] = uint8_t((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
+      y[l + 64] = uint8_t((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+      y[l + 96] = uint8_t((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+    }
+  }
+}
+
+// Writes the 4 quant vectors of 32-block j of row r (q: the block's 256
+// values): byte i of row r's dword of vector v holds q[8v + i] (low nibble)
+// and q[8v + 4 + i] (high nibble), over the low 4 bits of q.
+void put_quant_vectors(const uint8_t* q, int j, int64_t r, uint8_t* vectors) {
+  for (int v = 0; v < 4; ++v) {
+    for (int i = 0; i < 4; ++i) {
+      const int k0 = 32 * j + 8 * v + i;
+      vectors[64 * v + 4 * r + i] = uint8_t((q[k0] & 0xF) | ((q[k0 + 4] & 0xF) << 4));
+    }
+  }
+}
+
+// The 256 q (0..31) of a Q5_K block: Q4_K's nibbles plus bit j of qh[l] as bit 4.
+void q5k_values(const quant::BlockQ5_K& b, uint8_t* q) {
+  for (int p = 0; p < 4; ++p) {
+    for (int l = 0; l < 32; ++l) {
+      q[64 * p + l] = uint8_t((b.qs[32 * p + l] & 0xF) | (((b.qh[l] >> (2 * p)) & 1) << 4));
+      q[64 * p + 32 + l] = uint8_t((b.qs[32 * p + l] >> 4) | (((b.qh[l] >> (2 * p + 1)) & 1) << 4));
+    }
+  }
+}
+
+// Q4_K and Q5_K (Block: BlockQ4_K or BlockQ5_K; sub: the sub-block bytes).
+template <class Block>
+void pack_group_min_type(const Block* rows, int64_t n_rows, int64_t supers, int64_t sub_bytes, uint8_t* g) {
+  const int64_t super_bytes = kQ4KHeaderBytes + kKQuantSubBlocks * sub_bytes;
+  std::memset(g, 0, supers * super_bytes);
+  uint8_t q[kKQuantSuperK];
+  for (int64_t sb = 0; sb < supers; ++sb) {
+    uint8_t* s = g + sb * super_bytes;
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const Block& b = rows[r * supers + sb];
+      if constexpr (std::is_same_v<Block, quant::BlockQ4_K>) {
+        q4k_values(b, q);
+      } else {
+        q5k_values(b, q);
+      }
+      std::memcpy(s + 2 * r, &b.d, 2);
+      std::memcpy(s + 32 + 2 * r, &b.dmin, 2);
+      for (int j = 0; j < kKQuantSubBlocks; ++j) {
+        uint8_t* sub = s + kQ4KHeaderBytes + j * sub_bytes;
+        int sc, m;
+        q4k_scale_min(b.scales, j, &sc, &m);
+        sub[r] = uint8_t(sc);
+        sub[16 + r] = uint8_t(m);
+        put_quant_vectors(q, j, r, sub + 32);
+        if constexpr (std::is_same_v<Block, quant::BlockQ5_K>) {
+          for (int i = 0; i < 4; ++i) {
+            uint8_t byte = 0;
+            for (int v = 0; v < 4; ++v) {
+              byte |= uint8_t((q[32 * j + 8 * v + i] >> 4) << (2 * v));
+              byte |= uint8_t((q[32 * j + 8 * v + 4 + i] >> 4) << (2 * v + 1));
+            }
+            sub[kKQuantHighBits + 4 * r + i] = byte;
+          }
+        }
+      }
+    }
+  }
+}
+
+void pack_group_q6k(const quant::BlockQ6_K* rows, int64_t n_rows, int64_t supers, uint8_t* g) {
+  const int64_t super_bytes = kQ6KHeaderBytes + kKQuantSubBlocks * kQ6KSubBytes;
+  std::memset(g, 0, supers * super_bytes);
+  uint8_t q[kKQuantSuperK];
+  for (int64_t sb = 0; sb < supers; ++sb) {
+    uint8_t* s = g + sb * super_bytes;
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const quant::BlockQ6_K& b = rows[r * supers + sb];
+      q6k_values(b, q);
+      std::memcpy(s + 2 * r, &b.d, 2);
+      for (int j = 0; j < kKQuantSubBlocks; ++j) {
+        uint8_t* sub = s + kQ6KHeaderBytes + j * kQ6KSubBytes;
+        sub[r] = uint8_t(b.scales[2 * j]);
+        sub[16 + r] = uint8_t(b.scales[2 * j + 1]);
+        put_quant_vectors(q, j, r, sub + 32);
+        // High bits: byte i of row r's dword of vector u holds those of
+        // k = 32j + 16u + 4p + i at bits 2p.
+        for (int u = 0; u < 2; ++u) {
+          for (int i = 0; i < 4; ++i) {
+            uint8_t byte = 0;
+            for (int p = 0; p < 4; ++p) byte |= uint8_t((q[32 * j + 16 * u + 4 * p + i] >> 4) << (2 * p));
+            sub[kKQuantHighBits + 64 * u + 4 * r + i] = byte;
+          }
+        }
+      }
+    }
+  }
+}
+
+const uint8_t* super_block(const uint8_t* group, DType t, int64_t sb) {
+  return group + sb * packed_kquant_super_bytes(t);
+}
+
+}  // namespace
+
+bool has_packed_kquant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
+
+int64_t packed_kquant_header_bytes(DType t) {
+  check_type(t, "packed_kquant_header_bytes");
+  return t == DType::Q6_K ? kQ6KHeaderBytes : kQ4KHeaderBytes;
+}
+
+int64_t packed_kquant_sub_bytes(DType t) {
+  check_type(t, "packed_kquant_sub_bytes");
+  return t == DType::Q4_K ? kQ4KSubBytes : t == DType::Q5_K ? kQ5KSubBytes : kQ6KSubBytes;
+}
+
+int64_t packed_kquant_super_bytes(DType t) {
+  return packed_kquant_header_bytes(t) + kKQuantSubBlocks * packed_kquant_sub_bytes(t);
+}
+
+int64_t packed_kquant_bytes(DType t, int64_t rows, int64_t k) {
+  check_type(t, "packed_kquant_bytes");
+  if (rows < 0 || k <= 0 || k % kKQuantSuperK != 0) {
+    throw std::invalid_argument(std::string("packed_kquant_bytes: ") + ops::row(t).name +
+                                " rows need k a positive multiple of 256, got k = " + std::to_string(k));
+  }
+  return (rows + kRows - 1) / kRows * (k / kKQuantSuperK) * packed_kquant_super_bytes(t);
+}
+
+void pack_kquant(DType t, const void* src, int64_t rows, int64_t k, uint8_t* out, int64_t first_group) {
+  packed_kquant_bytes(t, rows, k);  // checks t, rows and k
+  if (first_group < 0) throw std::invalid_argument("pack_kquant: first_group must be >= 0");
+  const int64_t supers = k / kKQuantSuperK, group_bytes = supers * packed_kquant_super_bytes(t);
+  for (int64_t g = 0; g * kRows < rows; ++g) {
+    const int64_t n = std::min(kRows, rows - g * kRows);
+    uint8_t* dst = out + (first_group + g) * group_bytes;
+    if (t == DType::Q4_K) {
+      pack_group_min_type(static_cast<const quant::BlockQ4_K*>(src) + g * kRows * supers, n, supers,
+                          kQ4KSubBytes, dst);
+    } else if (t == DType::Q5_K) {
+      pack_group_min_type(static_cast<const quant::BlockQ5_K*>(src) + g * kRows * supers, n, supers,
+                          kQ5KSubBytes, dst);
+    } else {
+      pack_group_q6k(static_cast<const quant::BlockQ6_K*>(src) + g * kRows * supers, n, supers, dst);
+    }
+  }
+}
+
+void pack_kquant_gate_up(DType t, const void* gate, const void* up, int64_t rows, int64_t k, uint8_t* out) {
+  const int64_t supers = k / kKQuantSuperK;
+  const int64_t row_bytes = supers * ops::row(t).block_bytes;
+  for (int64_t g = 0; g * kRows < rows; ++g) {
+    const int64_t n = std::min(kRows, rows - g * kRows);
+    const int64_t off = g * kRows * row_bytes;
+    pack_kquant(t, static_cast<const uint8_t*>(gate) + off, n, k, out, 2 * g);
+    pack_kquant(t, static_cast<const uint8_t*>(up) + off, n, k, out, 2 * g + 1);
+  }
+}
+
+int packed_kquant_q(DType t, const uint8_t* group, int64_t r, int64_t k) {
+  const int64_t sb = k / kKQuantSuperK;
+  const int j = int(k % kKQuantSuperK) / 32, kk = int(k % 32);
+  const uint8_t* sub = super_block(group, t, sb) + packed_kquant_header_bytes(t) + j * packed_kquant_sub_bytes(t);
+  const uint8_t low = sub[32 + 64 * (kk / 8) + 4 * r + kk % 4];
+  const int q = kk % 8 >= 4 ? low >> 4 : low & 0xF;
+  if (t == DType::Q4_K) return q;
+  if (t == DType::Q5_K) return q | (((sub[kKQuantHighBits + 4 * r + kk % 4] >> (2 * (kk / 8) + (kk % 8) / 4)) & 1) << 4);
+  const int u = kk / 16, p = (kk % 16) / 4, i = kk % 4;
+  return q | (((sub[kKQuantHighBits + 64 * u + 4 * r + i] >> (2 * p)) & 3) << 4);
+}
+
+uint16_t packed_kquant_d(const uint8_t* group, DType t, int64_t r, int64_t sb) {
+  uint16_t d;
+  std::memcpy(&d, super_block(group, t, sb) + 2 * r, 2);
+  return d;
+}
+
+uint16_t packed_kquant_dmin(const uint8_t* group, DType t, int64_t r, int64_t sb) {
+  uint16_t m;
+  std::memcpy(&m, super_block(group, t, sb) + 32 + 2 * r, 2);
+  return m;
+}
+
+int packed_kquant_scale(DType t, const uint8_t* group, int64_t r, int64_t sb, int64_t sub) {
+  const uint8_t* s = super_block(group, t, sb) + packed_kquant_header_bytes(t);
+  if (t != DType::Q6_K) return s[sub * packed_kquant_sub_bytes(t) + r];
+  return int8_t(s[(sub / 2) * kQ6KSubBytes + 16 * (sub % 2) + r]);
+}
+
+int packed_kquant_min(const uint8_t* group, DType t, int64_t r, int64_t sb, int64_t j) {
+  return super_block(group, t, sb)[kQ4KHeaderBytes + j * packed_kquant_sub_bytes(t) + 16 + r];
+}
+
+}  // namespace lumen
