@@ -1,7 +1,6 @@
-// The Q8_0 KV cache (--kv q8_0). The attention kernel against a scalar twin
-// of llama.cpp's flash attention over Q8_0 K and V (ggml-cpu.c,
-// ggml_compute_forward_flash_attn_ext_f16, with vec_dot_q8_0_q8_0 and
-// quantize_row_q8_0 of its x86 build) on random data; then the tiny reference
+// The Q8_0 KV cache (--kv q8_0). The attention kernel against the scalar twin
+// of llama.cpp's flash attention over Q8_0 K and V (attention_twin_q8_0,
+// tests/support/attention_twin.h) on random data; then the tiny reference
 // model with a q8_0 cache against llama.cpp's logits recorded with
 // -ctk q8_0 -ctv q8_0 -fa (tests/data/kv-q8/README.md) and against Lumen's
 // own f16 cache; the cache's size, batch invariance and the prefix
@@ -13,87 +12,20 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
-#include <stdexcept>
+#include <span>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "lumen/common/numeric.h"
-#include "lumen/gguf/json.h"
 #include "lumen/runtime/kernels.h"
 #include "lumen/runtime/session.h"
 #include "runtime_support.h"
+#include "support/attention_twin.h"
+#include "support/llama_cpp_reference.h"
 #include "support/tolerances.h"
 
 namespace lumen::runtime {
 namespace {
-
-// ------------------------------------------------------------ the twin
-// ggml's x86 quantize_row_q8_0 for one block: d = amax/127 stored as f16,
-// q = round_half_even(x * (127/amax)).
-BlockQ8_0 twin_quantize(const float* x) {
-  float amax = 0;
-  for (int i = 0; i < kQ8Block; ++i) amax = std::max(amax, std::fabs(x[i]));
-  BlockQ8_0 b{};
-  b.d = f32_to_f16(amax / 127.0f);
-  const float id = amax != 0 ? 127.0f / amax : 0.0f;
-  for (int i = 0; i < kQ8Block; ++i) b.qs[i] = static_cast<int8_t>(std::nearbyint(x[i] * id));
-  return b;
-}
-
-std::vector<BlockQ8_0> twin_quantize_row(const float* x, int64_t n) {
-  std::vector<BlockQ8_0> out;
-  for (int64_t i = 0; i < n; i += kQ8Block) out.push_back(twin_quantize(x + i));
-  return out;
-}
-
-// ggml's AVX2 vec_dot_q8_0_q8_0 (x = the key, y = the query): eight lane
-// accumulators acc[l] += (d_x * d_y) * (sum of products 4l..4l+3) fused, then
-// hsum_float_8.
-float twin_dot(const BlockQ8_0* x, const BlockQ8_0* y, int64_t nb) {
-  float acc[8] = {};
-  for (int64_t b = 0; b < nb; ++b) {
-    const float d = f16_to_f32(x[b].d) * f16_to_f32(y[b].d);
-    for (int l = 0; l < 8; ++l) {
-      int sum = 0;
-      for (int i = 0; i < 4; ++i) sum += x[b].qs[4 * l + i] * y[b].qs[4 * l + i];
-      acc[l] = std::fma(d, static_cast<float>(sum), acc[l]);
-    }
-  }
-  const float h0 = acc[4] + acc[0], h1 = acc[5] + acc[1], h2 = acc[6] + acc[2], h3 = acc[7] + acc[3];
-  return (h0 + h2) + (h1 + h3);
-}
-
-// One query head over keys [begin, end) of Q8_0 rows `stride` blocks apart,
-// as the flash-attention loop: online softmax in key order, V dequantized and
-// accumulated with fused multiply-adds, S = S*ms + vs in two roundings.
-std::vector<float> twin_head(const float* q, const BlockQ8_0* k, const BlockQ8_0* v, int64_t stride, int64_t begin,
-                             int64_t end, int64_t hd, float scale, float softcap) {
-  const std::vector<BlockQ8_0> qq = twin_quantize_row(q, hd);
-  std::vector<float> acc(static_cast<size_t>(hd), 0.0f), vrow(static_cast<size_t>(hd));
-  if (softcap > 0) scale /= softcap;
-  float m = -INFINITY, sum = 0;
-  for (int64_t j = begin; j < end; ++j) {
-    float s = twin_dot(k + j * stride, qq.data(), hd / kQ8Block) * scale;
-    if (softcap > 0) s = softcap * std::tanh(s);
-    float ms = 1, vs = 1;
-    if (s > m) {
-      const float old = m;
-      m = s;
-      ms = std::exp(old - m);
-      for (float& a : acc) a *= ms;
-    } else {
-      vs = std::exp(s - m);
-    }
-    dequantize_row_q8_0(v + j * stride, vrow.data(), static_cast<size_t>(hd));
-    for (int64_t d = 0; d < hd; ++d) acc[d] = std::fma(vrow[d], vs, acc[d]);
-    const float scaled = sum * ms;
-    sum = scaled + vs;
-  }
-  if (end > begin)
-    for (float& a : acc) a *= 1.0f / sum;
-  return acc;
-}
 
 struct Shape {
   int64_t head_dim, n_kv_heads, kv_head, group, n_tokens, first_n_keys, window;
@@ -120,7 +52,8 @@ void check_shape(const Shape& s, std::mt19937& rng) {
   std::vector<BlockQ8_0> k(static_cast<size_t>(keys * width / kQ8Block)), v(k.size());
   kernels::to_q8_0(kf.data(), k.data(), keys * width);
   kernels::to_q8_0(vf.data(), v.data(), keys * width);
-  ASSERT_EQ(0, std::memcmp(k.data(), twin_quantize_row(kf.data(), keys * width).data(), k.size() * sizeof(BlockQ8_0)))
+  ASSERT_EQ(0, std::memcmp(k.data(), test_support::ggml_x86_quantize_row_q8_0(kf.data(), keys * width).data(),
+                           k.size() * sizeof(BlockQ8_0)))
       << "to_q8_0 is not ggml's x86 quantize_row_q8_0";
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
@@ -148,9 +81,17 @@ void check_shape(const Shape& s, std::mt19937& rng) {
     for (int64_t g = 0; g < s.group; ++g) {
       const int64_t end = s.first_n_keys + t, begin = s.window > 0 ? std::max<int64_t>(0, end - s.window) : 0;
       const int64_t at = t * q_stride + (head0 + g) * s.head_dim;
-      const std::vector<float> want =
-          twin_head(q.data() + at, static_cast<const BlockQ8_0*>(b.k), static_cast<const BlockQ8_0*>(b.v), stride,
-                    begin, end, s.head_dim, scale, s.softcap);
+      test_support::AttentionTwinQ8Input twin;
+      twin.q = q.data() + at;
+      twin.k = static_cast<const BlockQ8_0*>(b.k);
+      twin.v = static_cast<const BlockQ8_0*>(b.v);
+      twin.row_blocks = stride;
+      twin.head_dim = s.head_dim;
+      twin.begin = begin;
+      twin.end = end;
+      twin.scale = scale;
+      twin.softcap = s.softcap;
+      const std::vector<float> want = test_support::attention_twin_q8_0(twin);
       ASSERT_EQ(0, std::memcmp(want.data(), out.data() + at, want.size() * sizeof(float)))
           << "token " << t << " head " << g << ": " << want[0] << " vs " << out[static_cast<size_t>(at)];
       // Exact attention on the dequantized K and V with the f32 query: the
@@ -220,7 +161,6 @@ TEST(KvQ8Attention, AZeroRowQuantizesToZeroAndAttendsToZero) {
 }
 
 // ------------------------------------------------------ the tiny model
-const std::string kData = LUMEN_SOURCE_DIR "/tests/data/kv-q8";
 
 class KvQ8Model : public ::testing::Test {
  protected:
@@ -236,36 +176,25 @@ class KvQ8Model : public ::testing::Test {
     return std::make_unique<Session>(model_, testing::tiny_gguf(), o);
   }
 
-  static json::Value read_json(const std::string& path) { return json::parse(test_support::read_existing_file(path)); }
-  // The member `key` of object v (an error naming it when absent).
-  static const json::Value& at(const json::Value& v, std::string_view key) {
-    const json::Value* m = v.find(key);
-    if (m == nullptr) throw std::runtime_error("no member " + std::string(key));
-    return *m;
-  }
-  // The shared reference's prompts (their token ids).
-  static json::Array reference_prompts() {
-    return at(read_json(test_support::shared_reference_dir() + "/tiny-qwen2-a.expected.json"), "prompts").as_array();
-  }
-
-  static std::vector<int32_t> ids(const json::Value& a) {
-    std::vector<int32_t> out;
-    for (const json::Value& x : a.as_array()) out.push_back(static_cast<int32_t>(x.as_int()));
-    return out;
-  }
-
-  static int32_t argmax(std::span<const float> l) {
-    return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
-  }
-
   static std::shared_ptr<const CompiledModel> model_;
 };
 std::shared_ptr<const CompiledModel> KvQ8Model::model_;
 
+TEST_F(KvQ8Model, LogitsAndGreedyTokensMatchLlamaCppWithAQ8Cache) {
+  for (const test_support::LlamaCppPrompt& p : test_support::kv_q8_reference()) {
+    const std::string what = std::to_string(p.tokens.size()) + "-token prompt";
+    auto q8 = session(KvType::Q8_0);
+    const auto l = q8->eval(p.tokens);
+    test_support::expect_last_logits_match(l, p, what);
+    EXPECT_GT(test_support::expect_teacher_forced_greedy(*q8, l, p, what), 0) << what;
+  }
+}
+
+// Lumen against itself: max |diff| and rms of two logit vectors.
 struct Diff {
   double max = 0, rms = 0;
 };
-Diff diff(std::span<const float> a, const std::vector<float>& b) {
+Diff diff(std::span<const float> a, std::span<const float> b) {
   Diff d;
   EXPECT_EQ(a.size(), b.size());
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
@@ -277,33 +206,8 @@ Diff diff(std::span<const float> a, const std::vector<float>& b) {
   return d;
 }
 
-TEST_F(KvQ8Model, LogitsAndGreedyTokensMatchLlamaCppWithAQ8Cache) {
-  const json::Value expected = read_json(kData + "/expected.json");
-  const json::Array prompts = reference_prompts();
-  for (const json::Value& p : at(expected, "prompts").as_array()) {
-    const int64_t index = at(p, "index").as_int();
-    SCOPED_TRACE("prompt " + std::to_string(index));
-    const std::vector<int32_t> prompt = ids(at(prompts.at(static_cast<size_t>(index)), "tokens"));
-    ASSERT_EQ(static_cast<int64_t>(prompt.size()), at(p, "n_tokens").as_int());
-    auto q8 = session(KvType::Q8_0);
-    auto l = q8->eval(prompt);
-    const Diff d = diff(l, test_support::read_f32_file(kData + "/" + at(p, "last_logits_file").as_string()));
-    EXPECT_LE(d.max, tolerance::kMaxAbsLogitDiff);
-    EXPECT_LE(d.rms, tolerance::kMaxRmsLogitDiff);
-    // Teacher-forced greedy: llama.cpp's tokens fed back, the argmax checked where its margin is decisive.
-    const std::vector<int32_t> greedy = ids(at(p, "greedy"));
-    const json::Array& margins = at(p, "greedy_margins").as_array();
-    for (size_t k = 0; k < greedy.size(); ++k) {
-      if (margins.at(k).as_number() > tolerance::kDecisiveMargin) {
-        EXPECT_EQ(argmax(l), greedy[k]) << "greedy step " << k;
-      }
-      l = q8->eval(std::span<const int32_t>(&greedy[k], 1));
-    }
-  }
-}
-
 TEST_F(KvQ8Model, LogitsStayNearTheF16CacheAndItsBytesAre17Of32) {
-  const json::Array prompts = reference_prompts();
+  const std::vector<test_support::LlamaCppPrompt> prompts = test_support::shared_qwen2_reference();
   auto f16 = session(KvType::F16);
   auto q8 = session(KvType::Q8_0);
   // A Q8_0 block holds 32 values in 34 bytes, f16 in 64.
@@ -311,11 +215,11 @@ TEST_F(KvQ8Model, LogitsStayNearTheF16CacheAndItsBytesAre17Of32) {
   EXPECT_EQ(q8->load_stats().kv_bytes * 32, f16->load_stats().kv_bytes * 17);
   for (size_t index : {size_t{1}, size_t{3}, size_t{5}}) {
     SCOPED_TRACE("prompt " + std::to_string(index));
-    const std::vector<int32_t> prompt = ids(at(prompts.at(index), "tokens"));
     f16->clear();
     q8->clear();
-    const auto want = f16->eval(prompt);
-    const Diff d = diff(q8->eval(prompt), std::vector<float>(want.begin(), want.end()));
+    const auto want = f16->eval(prompts.at(index).tokens);
+    const std::vector<float> f16_logits(want.begin(), want.end());
+    const Diff d = diff(q8->eval(prompts.at(index).tokens), f16_logits);
     EXPECT_LE(d.max, tolerance::kQ8KvVsF16MaxAbsLogitDiff);
     EXPECT_LE(d.rms, tolerance::kQ8KvVsF16RmsLogitDiff);
   }
