@@ -11,8 +11,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "lumen/target/kernel_abi.h"
+#include "lumen/common/internal_error.h"
 #include "lumen/common/numeric.h"
+#include "lumen/target/act_quant.h"
+#include "lumen/target/kernel_abi.h"
 
 namespace lumen::runtime::kernels {
 namespace {
@@ -677,6 +679,168 @@ void attention_block_f32(const AttentionBlock& b) {
     attention_block_tiled<Avx2BlockTiles, false>(b);
   else
     attention_block_by_head(b, false);
+}
+
+namespace {
+// ---------------------------------------------------------- Q8_0 cache
+// The scores of keys [0, n_keys) (rows row_blocks blocks apart) against one
+// quantized query of nb blocks, as ggml's x86 vec_dot_q8_0_q8_0: lane l of a
+// block is the sum of the products of its elements 4l..4l+3, fused with
+// d_k * d_q into lane accumulator l; the 8 lanes are then added as its
+// hsum_float_8 does.
+inline float add_lanes(const float* lane) {
+  return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+}
+
+void q8_0_scores_scalar(const BlockQ8_0* k, int64_t row_blocks, int64_t n_keys, const ActBlock* q, int64_t nb,
+                        float* scores) {
+  for (int64_t j = 0; j < n_keys; ++j) {
+    const BlockQ8_0* key = k + j * row_blocks;
+    float lane[8] = {};
+    for (int64_t blk = 0; blk < nb; ++blk) {
+      const float d = f16_to_f32(key[blk].d) * q[blk].d;
+      for (int l = 0; l < 8; ++l) {
+        int32_t sum = 0;
+        for (int i = 4 * l; i < 4 * l + 4; ++i) sum += int32_t{key[blk].qs[i]} * int32_t{q[blk].qs[i]};
+        lane[l] = std::fma(d, static_cast<float>(sum), lane[l]);
+      }
+    }
+    scores[j] = add_lanes(lane);
+  }
+}
+
+__attribute__((target("avx2,fma,f16c"))) inline __m256 q8_0_dot_lanes(const BlockQ8_0* key, const ActBlock* q,
+                                                                      int64_t nb) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t blk = 0; blk < nb; ++blk) {
+    const __m256i kq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(key[blk].qs));
+    const __m256i qq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[blk].qs));
+    // |k| * sign(q, k) in u8 x s8 pairs: |products| <= 127 * 127, so the i16 pair sums cannot saturate.
+    const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(kq, kq), _mm256_sign_epi8(qq, kq));
+    const __m256 sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(key[blk].d) * q[blk].d), sums, acc);
+  }
+  return acc;
+}
+
+// q8_0_scores_scalar with the lanes of eight keys added together after a
+// transpose (the same additions in the same order).
+__attribute__((target("avx2,fma,f16c"))) void q8_0_scores_avx2(const BlockQ8_0* k, int64_t row_blocks,
+                                                                int64_t n_keys, const ActBlock* q, int64_t nb,
+                                                                float* scores) {
+  int64_t j = 0;
+  for (; j + 8 <= n_keys; j += 8) {
+    __m256 lanes[8];
+    for (int64_t u = 0; u < 8; ++u) lanes[u] = q8_0_dot_lanes(k + (j + u) * row_blocks, q, nb);
+    transpose8x8(lanes);
+    const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(lanes[0], lanes[4]), _mm256_add_ps(lanes[2], lanes[6])),
+                                     _mm256_add_ps(_mm256_add_ps(lanes[1], lanes[5]), _mm256_add_ps(lanes[3], lanes[7])));
+    _mm256_storeu_ps(scores + j, sum);
+  }
+  for (; j < n_keys; ++j) {
+    alignas(32) float lane[8];
+    _mm256_store_ps(lane, q8_0_dot_lanes(k + j * row_blocks, q, nb));
+    scores[j] = add_lanes(lane);
+  }
+}
+
+// out[d] *= m and out[d] = fma(v[d], p, out[d]) over hd values (a multiple of 8).
+__attribute__((target("avx2,fma,f16c"))) void scale_row_avx2(float* out, int64_t hd, float m) {
+  const __m256 vm = _mm256_set1_ps(m);
+  for (int64_t d = 0; d < hd; d += 8) _mm256_storeu_ps(out + d, _mm256_mul_ps(_mm256_loadu_ps(out + d), vm));
+}
+__attribute__((target("avx2,fma,f16c"))) void fma_row_avx2(float* out, const float* v, int64_t hd, float p) {
+  const __m256 vp = _mm256_set1_ps(p);
+  for (int64_t d = 0; d < hd; d += 8)
+    _mm256_storeu_ps(out + d, _mm256_fmadd_ps(_mm256_loadu_ps(v + d), vp, _mm256_loadu_ps(out + d)));
+}
+
+// The online softmax and P·V of one row over its keys (scores: the raw dot
+// products; vf: the keys' dequantized V rows, head_dim apart), as llama.cpp's
+// flash attention runs them; out is the accumulator. kAvx2 only vectorizes
+// the per-dimension products, which round the same way.
+template <bool kAvx2>
+void q8_0_online_softmax(const float* scores, int64_t n_keys, const float* vf, int64_t hd, float scale, float softcap,
+                         float* out) {
+  std::fill(out, out + hd, 0.0f);
+  if (n_keys == 0) return;
+  if (softcap > 0) scale /= softcap;
+  float max = -INFINITY, sum = 0;
+  for (int64_t j = 0; j < n_keys; ++j) {
+    float s = scores[j] * scale;
+    if (softcap > 0) s = softcap * std::tanh(s);
+    float ms = 1.0f, vs = 1.0f;
+    if (s > max) {  // a new maximum: what was accumulated is rescaled, this key weighs expf(0)
+      ms = std::exp(max - s);
+      max = s;
+      if constexpr (kAvx2)
+        scale_row_avx2(out, hd, ms);
+      else
+        for (int64_t d = 0; d < hd; ++d) out[d] *= ms;
+    } else {
+      vs = std::exp(s - max);
+    }
+    const float* v = vf + j * hd;
+    if constexpr (kAvx2)
+      fma_row_avx2(out, v, hd, vs);
+    else
+      for (int64_t d = 0; d < hd; ++d) out[d] = std::fma(v[d], vs, out[d]);
+    // Two roundings, as ggml's S = S*ms + vs compiles.
+    const float scaled = sum * ms;
+    sum = scaled + vs;
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t d = 0; d < hd; ++d) out[d] *= inv;
+}
+
+template <bool kAvx2>
+void attention_block_q8_0_impl(const AttentionBlock& b) {
+  const int64_t hd = b.head_dim, heads = b.n_heads, nb = hd / kQ8Block, row_blocks = b.row_stride / kQ8Block;
+  const int64_t n_rows = b.n_tokens * heads;
+  const int64_t key_base = b.window > 0 ? std::max<int64_t>(0, b.first_n_keys - b.window) : 0;
+  const int64_t n_keys = std::max<int64_t>(0, b.first_n_keys + b.n_tokens - 1 - key_base);  // what the last token sees
+  const auto* k = static_cast<const BlockQ8_0*>(b.k) + key_base * row_blocks;
+  const auto* v = static_cast<const BlockQ8_0*>(b.v) + key_base * row_blocks;
+  // V rows dequantized once for every row of the block (exact: q * d).
+  thread_local std::vector<float> vf, scores;
+  thread_local std::vector<ActBlock> q;
+  vf.resize(static_cast<size_t>(n_keys * hd));
+  scores.resize(static_cast<size_t>(n_keys));
+  q.resize(static_cast<size_t>(nb));
+  for (int64_t j = 0; j < n_keys; ++j) dequantize_row_q8_0(v + j * row_blocks, vf.data() + j * hd, static_cast<size_t>(hd));
+  for (int64_t i = 0; i < n_rows; ++i) {
+    const int64_t t = i / heads, g = i % heads;
+    const int64_t end = b.first_n_keys + t - key_base;  // keys [first, end) of this row, from key_base
+    const int64_t first = b.window > 0 ? std::max<int64_t>(0, b.first_n_keys + t - b.window) - key_base : 0;
+    const int64_t row_keys = std::max<int64_t>(0, end - first);
+    quantize_act(b.q + t * b.q_token_stride + g * hd, q.data(), hd);
+    if constexpr (kAvx2)
+      q8_0_scores_avx2(k + first * row_blocks, row_blocks, row_keys, q.data(), nb, scores.data());
+    else
+      q8_0_scores_scalar(k + first * row_blocks, row_blocks, row_keys, q.data(), nb, scores.data());
+    q8_0_online_softmax<kAvx2>(scores.data(), row_keys, vf.data() + first * hd, hd, b.scale, b.softcap,
+                               b.out + t * b.out_token_stride + g * hd);
+  }
+}
+}  // namespace
+
+void attention_block_q8_0(const AttentionBlock& b) {
+  LUMEN_ASSERT(b.head_dim % kQ8Block == 0 && b.row_stride % kQ8Block == 0, "q8_0 attention needs whole blocks");
+  if (use_avx2())
+    attention_block_q8_0_impl<true>(b);
+  else
+    attention_block_q8_0_impl<false>(b);
+}
+
+void to_q8_0(const float* x, BlockQ8_0* out, int64_t n) {
+  thread_local std::vector<ActBlock> blocks;
+  blocks.resize(static_cast<size_t>(n / kQ8Block));
+  quantize_act(x, blocks.data(), n);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    out[i].d = f32_to_f16(blocks[i].d);  // already an f16 value: exact
+    std::memcpy(out[i].qs, blocks[i].qs, sizeof(out[i].qs));
+  }
 }
 
 namespace {

@@ -7,16 +7,29 @@
 #include <string>
 
 #include "lumen/common/internal_error.h"
+#include "lumen/common/numeric.h"
 #include "lumen/runtime/compiled_model.h"
 
 namespace lumen::runtime {
 
+int64_t KvCache::bytes_of(int64_t elems) const {
+  switch (type_) {
+    case KvType::F16: return elems * 2;
+    case KvType::F32: return elems * 4;
+    case KvType::Q8_0: return elems / kQ8Block * static_cast<int64_t>(sizeof(BlockQ8_0));
+  }
+  LUMEN_INTERNAL_ERROR("KV cache type");
+}
+
 KvCache::KvCache(std::span<const int64_t> widths, int64_t n_layers, int64_t n_ctx, int n_seq, KvType type)
-    : n_ctx_(n_ctx), n_layers_(n_layers), elem_bytes_(type == KvType::F16 ? 2 : 4) {
+    : type_(type), n_ctx_(n_ctx), n_layers_(n_layers) {
   for (const int64_t width : widths) {
     if (width < 1 || width > (int64_t{1} << 20)) throw LoadError("KV row width " + std::to_string(width) + " out of range");
+    if (type == KvType::Q8_0 && width % kQ8Block != 0)
+      throw LoadError("--kv q8_0 needs K and V rows that are whole blocks of 32; an attention op's are " +
+                      std::to_string(width) + " wide");
     int64_t bytes = 0;
-    if (__builtin_mul_overflow(2 * width * elem_bytes_, n_ctx_, &bytes) ||
+    if (__builtin_mul_overflow(2 * bytes_of(width), n_ctx_, &bytes) ||
         __builtin_add_overflow(layer_bytes_, bytes, &layer_bytes_))
       throw LoadError("the KV cache size overflows");
     slot_offset_.push_back(layer_bytes_ - bytes);
@@ -35,7 +48,7 @@ KvCache::KvCache(std::span<const int64_t> widths, int64_t n_layers, int64_t n_ct
 void KvCache::regions(int seq, int64_t n, const std::function<void(uint8_t*, size_t)>& f) const {
   for (int64_t layer = 0; layer < n_layers_; ++layer)
     for (size_t op = 0; op < width_.size(); ++op) {
-      const size_t bytes = static_cast<size_t>(n * width_[op] * elem_bytes_);
+      const size_t bytes = static_cast<size_t>(n * row_bytes(static_cast<int>(op)));
       f(k(layer, static_cast<int>(op), seq), bytes);
       f(v(layer, static_cast<int>(op), seq), bytes);
     }

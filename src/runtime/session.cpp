@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "lumen/common/numeric.h"
 #include "session_impl.h"
 
 namespace lumen::runtime {
@@ -69,8 +70,14 @@ Session::Session(std::shared_ptr<const CompiledModel> model, const std::string& 
 
   // One KV cache per attention op of a layer, as wide as its K.
   std::vector<int64_t> kv_widths;
-  for (const ROp& r : decode.sections.layer)
-    if (r.op->kind == OpId::Attention) kv_widths.push_back(r.in[1].cols);
+  for (const ROp& r : decode.sections.layer) {
+    if (r.op->kind != OpId::Attention) continue;
+    kv_widths.push_back(r.in[1].cols);
+    // Each head's row is read as whole blocks, as llama.cpp requires of a quantized cache.
+    if (options.kv_type == KvType::Q8_0 && r.head_dim % kQ8Block != 0)
+      throw LoadError("--kv q8_0 needs a head size that is a multiple of 32; this model's is " +
+                      std::to_string(r.head_dim));
+  }
   s.kv = KvCache(kv_widths, s.bound.n_layers, s.n_ctx, s.n_seq, options.kv_type);
   s.stats.kv_bytes = s.kv.bytes();
 

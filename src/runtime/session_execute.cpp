@@ -59,19 +59,24 @@ void Session::Impl::run_matmul(const ROp& r, const PackedMatMul& mm, int64_t n) 
 void Session::Impl::run_attention(const ROp& r, int64_t layer, int64_t n) {
   const int64_t kv_dim = kv.width(r.kv_slot);
   const bool windowed = r.window > 0 && (r.window_pattern == 0 || layer % r.window_pattern < r.window_pattern - 1);
-  const bool f16 = options.kv_type == KvType::F16;
-  const int64_t kv_elem = kv.elem_bytes();
   // Store this batch's K (already rotated) and V in their slots at their positions.
   pool->parallel_for(n, [&](int64_t t, int) {
     uint8_t* kc = kv.k(layer, r.kv_slot, row_slot[static_cast<size_t>(t)]);
     uint8_t* vc = kv.v(layer, r.kv_slot, row_slot[static_cast<size_t>(t)]);
-    const int64_t at = row_pos[static_cast<size_t>(t)] * kv_dim * kv_elem;
-    if (f16) {
-      kernels::to_f16(r.in[1].f32(t), reinterpret_cast<uint16_t*>(kc + at), kv_dim);
-      kernels::to_f16(r.in[2].f32(t), reinterpret_cast<uint16_t*>(vc + at), kv_dim);
-    } else {
-      std::memcpy(kc + at, r.in[1].f32(t), static_cast<size_t>(kv_dim) * sizeof(float));
-      std::memcpy(vc + at, r.in[2].f32(t), static_cast<size_t>(kv_dim) * sizeof(float));
+    const int64_t at = row_pos[static_cast<size_t>(t)] * kv.row_bytes(r.kv_slot);
+    switch (kv.type()) {
+      case KvType::F16:
+        kernels::to_f16(r.in[1].f32(t), reinterpret_cast<uint16_t*>(kc + at), kv_dim);
+        kernels::to_f16(r.in[2].f32(t), reinterpret_cast<uint16_t*>(vc + at), kv_dim);
+        break;
+      case KvType::F32:
+        std::memcpy(kc + at, r.in[1].f32(t), static_cast<size_t>(kv_dim) * sizeof(float));
+        std::memcpy(vc + at, r.in[2].f32(t), static_cast<size_t>(kv_dim) * sizeof(float));
+        break;
+      case KvType::Q8_0:
+        kernels::to_q8_0(r.in[1].f32(t), reinterpret_cast<BlockQ8_0*>(kc + at), kv_dim);
+        kernels::to_q8_0(r.in[2].f32(t), reinterpret_cast<BlockQ8_0*>(vc + at), kv_dim);
+        break;
     }
   });
   const int64_t group = r.n_heads / r.n_heads_kv;
@@ -99,8 +104,8 @@ void Session::Impl::run_attention(const ROp& r, int64_t layer, int64_t n) {
     kernels::AttentionBlock b{};
     b.q = r.in[0].f32(t0) + kv_head * group * r.head_dim;
     b.q_token_stride = r.in[0].stride / static_cast<int64_t>(sizeof(float));
-    b.k = kc + kv_head * r.head_dim * kv_elem;
-    b.v = vc + kv_head * r.head_dim * kv_elem;
+    b.k = kc + kv.bytes_of(kv_head * r.head_dim);
+    b.v = vc + kv.bytes_of(kv_head * r.head_dim);
     b.row_stride = kv_dim;
     b.n_tokens = std::min(kAttentionTokens, run.n - blk.t0);
     b.n_heads = group;
@@ -111,10 +116,11 @@ void Session::Impl::run_attention(const ROp& r, int64_t layer, int64_t n) {
     b.window = windowed ? r.window : 0;
     b.out = r.out.f32(t0) + kv_head * group * r.head_dim;
     b.out_token_stride = r.out.stride / static_cast<int64_t>(sizeof(float));
-    if (f16)
-      kernels::attention_block_f16(b);
-    else
-      kernels::attention_block_f32(b);
+    switch (kv.type()) {
+      case KvType::F16: kernels::attention_block_f16(b); break;
+      case KvType::F32: kernels::attention_block_f32(b); break;
+      case KvType::Q8_0: kernels::attention_block_q8_0(b); break;
+    }
   });
 }
 

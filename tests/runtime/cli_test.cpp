@@ -284,6 +284,13 @@ TEST_F(Cli, BadCommandLines) {
   expect_error(run({model_so_, "--gguf", gguf, "-n", "-1"}), 2, "-1");
   expect_error(run({model_so_, "--gguf", gguf, "--threads", "0"}), 2, "threads");
   expect_error(run({model_so_, "--gguf", gguf, "--kv", "f8"}), 2, "f8");
+  // An unsupported cache type: one line naming the flag and the accepted types.
+  for (const char* bad : {"q4_0", "foo"}) {
+    Result r = run({model_so_, "--gguf", gguf, "--kv", bad});
+    expect_error(r, 2, "--kv");
+    EXPECT_NE(r.err.find("f16"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("q8_0"), std::string::npos) << r.err;
+  }
   expect_error(run({model_so_, "--gguf", gguf, "--temp", "warm"}), 2, "warm");
   expect_error(run({model_so_}), 2, "--gguf");
   expect_error(run({model_so_, "--gguf", gguf, "--prompt", "a", "-f", "b"}), 2, "excludes");
@@ -359,6 +366,7 @@ TEST_F(Cli, SharedSessionFlagsRefuseBadValuesInEveryTool) {
       {{"-t", "1025"}, "--threads", all},
       {{"-t", "two"}, "--threads", all},
       {{"--kv", "f8"}, "--kv", all},
+      {{"--kv", "q4_0"}, "--kv", all},
       {{"--no-pack-cache=maybe"}, "--no-pack-cache", all},
       {{"--pack-cache-read=maybe"}, "--pack-cache-read", all},
   };

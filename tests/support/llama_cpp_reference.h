@@ -1,8 +1,8 @@
 // The one harness that compares Lumen with llama.cpp: the recorded references
 // (what llama.cpp computed for a prompt) and the checks every comparison makes,
 // with the tolerances of tolerances.h. Used by the conformance test
-// (tests/runtime), the end-to-end test (tests/e2e) and the architecture tests
-// (tests/models).
+// (tests/runtime), the Q8_0 KV cache's (tests/runtime), the end-to-end test
+// (tests/e2e) and the architecture tests (tests/models).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -128,6 +128,29 @@ inline LlamaCppPrompt model_reference(const std::string& name, int k) {
   r.greedy = ids_of(field(p, "greedy"));
   r.greedy_margins = numbers_of(field(p, "greedy_margins"));
   return r;
+}
+
+// tests/data/kv-q8 (its README): llama.cpp with a Q8_0 K and V cache and flash
+// attention on the shared reference model, for some of its prompts (text and
+// tokens from the shared reference): every last-position logit and the greedy
+// steps; no per-position tops.
+inline std::vector<LlamaCppPrompt> kv_q8_reference() {
+  using namespace reference_detail;
+  const std::string dir = LUMEN_SOURCE_DIR "/tests/data/kv-q8/";
+  const std::vector<LlamaCppPrompt> shared = shared_qwen2_reference();
+  std::vector<LlamaCppPrompt> prompts;
+  const json::Value doc = json::parse(read_existing_file(dir + "expected.json"));
+  for (const json::Value& p : field(doc, "prompts").as_array()) {
+    LlamaCppPrompt r;
+    const LlamaCppPrompt& same = shared.at(static_cast<size_t>(field(p, "index").as_int()));
+    r.text = same.text;
+    r.tokens = same.tokens;
+    r.last_logits = all_ids(read_f32_file(dir + field(p, "last_logits_file").as_string()));
+    r.greedy = ids_of(field(p, "greedy"));
+    r.greedy_margins = numbers_of(field(p, "greedy_margins"));
+    prompts.push_back(std::move(r));
+  }
+  return prompts;
 }
 
 inline int32_t argmax(std::span<const float> logits) {

@@ -1,11 +1,12 @@
 // The non-matmul numeric kernels of the executor, reproducing llama.cpp's
 // arithmetic (see docs/runtime.md): RMS norm, rotary embedding, causal GQA
-// attention for one query head over an f16 or f32 KV cache, element-wise ops.
+// attention over an f16, f32 or Q8_0 KV cache, element-wise ops.
 // Vector versions are picked at run time from cpu_features().
 #pragma once
 
 #include <cstdint>
 
+#include "lumen/common/numeric.h"
 #include "lumen/ops/op_list.h"
 #include "lumen/program/program.h"
 
@@ -73,9 +74,25 @@ struct AttentionBlock {
 };
 void attention_block_f16(const AttentionBlock& b);
 void attention_block_f32(const AttentionBlock& b);
+// Q8_0 cache: k and v are BlockQ8_0 rows (row_stride and head_dim multiples of
+// 32, counted in elements). The arithmetic of llama.cpp's CPU flash attention
+// with a q8_0 K and V (-ctk q8_0 -ctv q8_0 -fa), for each (token, head) on its
+// own: q quantized as the cache is (to_q8_0); each score is ggml's x86
+// vec_dot_q8_0_q8_0 (per block, the 8 lane sums of 4 int8 products fused with
+// d_k * d_q into 8 lane accumulators, then added pairwise), times scale (with
+// softcap > 0: softcap * tanh(score * (scale / softcap))); then an online
+// softmax over the keys in order: a new maximum M rescales the accumulated
+// output and the sum S by expf(M_old - M); every other key adds its
+// dequantized V row times expf(s - M) (fused multiply-add) and S = S * ms + vs;
+// the output is times 1/S at the end. A row that sees no key gets zeros.
+void attention_block_q8_0(const AttentionBlock& b);
 
 // f32 -> f16 rows for the cache (round to nearest even).
 void to_f16(const float* x, uint16_t* out, int64_t n);
+// f32 -> Q8_0 rows for the cache (n a multiple of 32), as ggml's x86
+// quantize_row_q8_0 writes them when llama.cpp copies K and V into a q8_0
+// cache: d = amax/127 rounded to f16, q = round_half_even(x * 127/amax).
+void to_q8_0(const float* x, BlockQ8_0* out, int64_t n);
 
 float silu(float x);
 

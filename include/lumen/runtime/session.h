@@ -18,10 +18,12 @@
 
 namespace lumen::runtime {
 
-enum class KvType { F16, F32 };
+// Q8_0: K and V in blocks of 32 along each head's row, as llama.cpp's
+// -ctk q8_0 -ctv q8_0 (its attention is llama.cpp's flash attention, kernels.h).
+enum class KvType { F16, F32, Q8_0 };
 
 // The name of each KV cache type as `--kv` spells it, indexed by the enum.
-inline constexpr std::array<std::string_view, 2> kKvTypeNames = {"f16", "f32"};
+inline constexpr std::array<std::string_view, 3> kKvTypeNames = {"f16", "f32", "q8_0"};
 
 inline std::string_view to_string(KvType type) { return kKvTypeNames[static_cast<size_t>(type)]; }
 
