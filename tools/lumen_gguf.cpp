@@ -1,6 +1,7 @@
-// lumen-gguf: inspect GGUF files and synthesize random models.
+// lumen-gguf: inspect GGUF files, quantize them and synthesize random models.
 //   lumen-gguf info FILE [--all]
 //   lumen-gguf tokenize FILE TEXT [--bos] [--parse-special]
+//   lumen-gguf quantize IN OUT TYPE [--allow-requantize] [--threads N]
 //   lumen-gguf synth -o FILE [--preset tiny|tiny-wide-heads|qwen2.5-0.5b|llama|qwen3|llama3|gemma2] [--n-embd N] ... [--seed N] [--tied] [--vocab-from FILE]
 // Every failure is one line `lumen-gguf: error: ...` on stderr and exit code 1
 // (`lumen-gguf: internal error: ...` and exit code 70 for a bug in Lumen).
@@ -21,6 +22,7 @@
 #include "lumen/gguf/info.h"
 #include "lumen/text/chat_template.h"
 #include "lumen/text/tokenizer.h"
+#include "quantize/gguf_quantize.h"
 #include "synth/gguf_synth.h"
 
 namespace {
@@ -46,6 +48,19 @@ std::string find_default_vocab() {
     if (!found.empty()) return found;
   }
   return {};
+}
+
+int run_quantize(const lumen::gguf::QuantizeOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  const lumen::gguf::QuantizeSummary summary = lumen::gguf::quantize_file(options);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (summary.n_fallback > 0) {
+    std::fprintf(stderr, "lumen-gguf: %d of %d tensor(s) required fallback quantization (rows not a whole number of blocks)\n",
+                 summary.n_fallback, summary.n_fallback + summary.n_k_quantized);
+  }
+  std::printf("wrote %s (%ju bytes, %d tensors) in %.1f s\n", options.output.c_str(),
+              static_cast<uintmax_t>(std::filesystem::file_size(options.output)), summary.n_tensors, seconds);
+  return 0;
 }
 
 struct SynthFlags {
@@ -206,6 +221,16 @@ int main(int argc, char** argv) {
                  "Render with add_generation_prompt=false");
   tmpl->add_option("--template", template_flags.template_path, "Jinja file to use instead of tokenizer.chat_template");
 
+  lumen::gguf::QuantizeOptions quantize_options;
+  CLI::App* quantize = app.add_subcommand(
+      "quantize", "Write IN in a llama-quantize file type (Q4_K_M, Q8_0, IQ4_XS, F16, ...), tensor types and bytes as llama-quantize's");
+  quantize->add_option("IN", quantize_options.input, "Input GGUF file")->required();
+  quantize->add_option("OUT", quantize_options.output, "Output GGUF file")->required();
+  quantize->add_option("TYPE", quantize_options.file_type, "File type, as llama-quantize names it (case-insensitive)")->required();
+  quantize->add_flag("--allow-requantize", quantize_options.allow_requantize,
+                     "Convert tensors that are already quantized (as llama-quantize's flag)");
+  quantize->add_option("--threads", quantize_options.n_threads, "Quantization threads")->check(CLI::Range(1u, 256u));
+
   SynthFlags synth_flags;
   CLI::App* synth = app.add_subcommand("synth", "Write a random model (Q8_0 weights, F32 norms and biases)");
   synth->add_option("-o,--output", synth_flags.output, "Output GGUF file")->required();
@@ -242,6 +267,7 @@ int main(int argc, char** argv) {
     }
     if (*tokenize) return run_tokenize(tokenize_flags);
     if (*tmpl) return run_template(template_flags);
+    if (*quantize) return run_quantize(quantize_options);
     return run_synth(synth_flags);
   });
 }
