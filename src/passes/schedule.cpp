@@ -49,12 +49,13 @@ program::KernelId prefill_kernel(Isa target, program::Epilogue e) {
 void schedule(ir::Module& m, Isa target) {
   for_each_op(m.forward, [&m, target](ir::Op& op) {
     if (op.kind != ops::OpId::MatMul) return;
-    // The kernels multiply Q8_0 weights by act_q8 activations; the matmul
-    // rule of the op table (which the verifier applies) refuses other weights.
+    // The kernels multiply weights of any weight type (each in its packed
+    // format, target/weight_formats.h) by act_q8 activations; the matmul
+    // rule of the op table (which the verifier applies) refuses other types.
     for (const auto& w : op.weights) {
       const ir::Weight* decl = m.find_weight(w.name);
-      LUMEN_ASSERT(decl && decl->dtype == ir::DType::Q8_0,
-                   "schedule: " + detail::describe(op) + ": @" + w.name + " is not a declared q8_0 weight");
+      LUMEN_ASSERT(decl && ops::row(decl->dtype).weight,
+                   "schedule: " + detail::describe(op) + ": @" + w.name + " is not a declared weight of a weight type");
     }
     // insert_quantize, earlier in the pipeline, made every matmul input act_q8.
     LUMEN_ASSERT(!op.operands.empty() && m.forward.type(op.operands[0]).dtype == ir::DType::ActQ8,

@@ -1,10 +1,13 @@
 // Binding a compiled program to a GGUF file (see binding.h): hparams, checks,
 // architecture, weights by name with dtype and shape checks, and the one-time
-// repacking of matmul weights into the kernels' row-group format.
+// repacking of matmul weights into the kernels' row-group format (a weight
+// of a type without a native packed format requantized to Q8_0 first).
 #include "lumen/runtime/binding.h"
 #include "lumen/ops/op_list.h"
 #include "lumen/common/cache.h"
+#include "lumen/quant/quant.h"
 #include "lumen/target/page_buffer.h"
+#include "lumen/target/weight_formats.h"
 
 #include "lumen/runtime/pack_cache.h"
 #include "lumen/runtime/thread_pool.h"
@@ -16,6 +19,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -96,6 +100,41 @@ std::vector<int64_t> squeeze(std::vector<int64_t> ne) {
 }
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// Refuses a tensor whose file type Lumen does not run at all, by name: the
+// importance-matrix and ternary types, and anything that is no weight type
+// of the list. Types of the list that are not the declared one get the
+// binding's "expected" message instead.
+void refuse_unrunnable_type(const gguf::TensorInfo& t) {
+  using T = gguf::TensorType;
+  const std::string head = "tensor '" + t.name + "' has type " + std::string(gguf::to_string(t.type));
+  switch (t.type) {
+    case T::IQ1_S: case T::IQ1_M: case T::IQ2_XXS: case T::IQ2_XS: case T::IQ2_S: case T::IQ3_XXS: case T::IQ3_S:
+      throw LoadError(head + ", which Lumen does not run (an importance-matrix type)");
+    case T::TQ1_0: case T::TQ2_0:
+      throw LoadError(head + ", which Lumen does not run (a ternary type)");
+    default: break;
+  }
+  const std::optional<DType> dt = ::lumen::ops::dtype_of_ggml(static_cast<uint32_t>(t.type));
+  if (!dt || !::lumen::ops::row(*dt).weight)
+    throw LoadError(head + ", which is not a weight type Lumen runs");
+}
+
+DType dtype_of(const gguf::TensorInfo& t) {
+  // bind_weights accepted only types of the list.
+  return *::lumen::ops::dtype_of_ggml(static_cast<uint32_t>(t.type));
+}
+
+// The first row of [row0, row0 + rows) of a quantized tensor with a NaN or
+// infinite scale, as "tensor 'X', row R, block B: scale d is NaN".
+std::optional<std::string> check_rows(const gguf::TensorInfo& t, int64_t row0, int64_t rows) {
+  const DType type = dtype_of(t);
+  const int64_t k = t.ne[0], bytes = ::lumen::ops::row_bytes(type, k);
+  for (int64_t r = row0; r < row0 + rows; ++r)
+    if (std::optional<std::string> why = quant::check_row(type, t.data + r * bytes, k))
+      return "tensor '" + t.name + "', row " + std::to_string(r) + ", " + *why;
+  return std::nullopt;
+}
 
 }  // namespace
 
@@ -189,6 +228,7 @@ void bind_weights(const Program& p, const gguf::File& file, BoundModel& b) {
         continue;
       }
       if (t == nullptr) throw LoadError("missing tensor '" + name + "' (weight '" + w.name + "')");
+      refuse_unrunnable_type(*t);
       std::optional<DType> dt = ::lumen::ops::dtype_of_ggml(static_cast<uint32_t>(t->type));
       bool accepted = false;
       for (DType d : w.dtypes) accepted |= dt && *dt == d;
@@ -231,8 +271,11 @@ int64_t bind_matmul(const CompiledModel& model, const program::Op& op, int64_t l
     const gguf::TensorInfo* t = b.tensor(wi, layer);
     if (t == nullptr) throw LoadError("matmul weight '" + p.weights[static_cast<size_t>(wi)].name + "' is absent");
     std::vector<int64_t> ne = squeeze(t->ne);
-    if (t->type != gguf::TensorType::Q8_0 || ne.size() > 2)
-      throw LoadError("matmul weight '" + t->name + "' must be a 2-D Q8_0 tensor");
+    if (ne.size() > 2) throw LoadError("matmul weight '" + t->name + "' must be a 2-D tensor");
+    // Every packed format is Q8_0 today (target/weight_formats.h), in blocks of 32.
+    if (ne[0] % kQ8Block != 0)
+      throw LoadError("matmul weight '" + t->name + "' has rows of " + std::to_string(ne[0]) +
+                      " elements, not a multiple of " + std::to_string(kQ8Block));
     int64_t rows = ne.size() == 2 ? ne[1] : 1;
     if (mm.k == 0) mm.k = ne[0];
     if (ne[0] != mm.k) throw LoadError("matmul weights of '" + t->name + "' disagree on the row length");
@@ -313,9 +356,10 @@ void release_pages(const PackPlan& plan, bool release_file_pages, const gguf::Te
 }
 
 // The packed bytes are a function of the target's format, the plan (which
-// tensors, in which order, at which offsets) and the tensors' contents.
-// Bump kPackLayoutVersion whenever pack_q8_0 or the plan changes its output.
-constexpr int kPackLayoutVersion = 1;
+// tensors, in which order, at which offsets), the tensors' types and packed
+// formats and their contents. Bump kPackLayoutVersion whenever pack_q8_0,
+// the requantization or the plan changes its output (2: weights of every type).
+constexpr int kPackLayoutVersion = 2;
 
 PackCacheKey pack_cache_key(const CompiledModel& model, const PackPlan& plan, const BoundModel& b,
                             ThreadPool& pool) {
@@ -329,12 +373,56 @@ PackCacheKey pack_cache_key(const CompiledModel& model, const PackPlan& plan, co
             std::to_string(static_cast<int>(op.epilogue));
     for (int wi : op.weights) {
       const gguf::TensorInfo* t = b.tensor(wi, job.layer);
-      desc += " " + t->name + ":" + std::to_string(t->n_bytes) + ":" +
+      desc += " " + t->name + ":" + std::string(gguf::to_string(t->type)) + ":" +
+              to_string(packed_format(dtype_of(*t), model.isa)) + ":" + std::to_string(t->n_bytes) + ":" +
               std::to_string(hash_parallel(t->data, t->n_bytes, 0, pool));
     }
     desc += "\n";
   }
   return PackCacheKey{hash_bytes(desc.data(), desc.size(), 1), hash_bytes(desc.data(), desc.size(), 2)};
+}
+
+// Rows [row0, row0 + rows) of a matmul weight as Q8_0 blocks (k elements a
+// row): in place for a Q8_0 tensor, else dequantized and requantized with
+// ggml's reference quantizer into `buffer` (the packed format of every type
+// is Q8_0 today, target/weight_formats.h).
+const BlockQ8_0* q8_0_rows(const gguf::TensorInfo& t, int64_t row0, int64_t rows, int64_t k,
+                           std::vector<BlockQ8_0>& buffer) {
+  const DType type = dtype_of(t);
+  const int64_t row_blocks = k / kQ8Block;
+  if (type == DType::Q8_0) return reinterpret_cast<const BlockQ8_0*>(t.data) + row0 * row_blocks;
+  buffer.resize(static_cast<size_t>(rows * row_blocks));
+  std::vector<float> values(static_cast<size_t>(k));
+  const int64_t src_bytes = ::lumen::ops::row_bytes(type, k);
+  for (int64_t r = 0; r < rows; ++r) {
+    quant::dequantize_row(type, t.data + (row0 + r) * src_bytes, values.data(), k);
+    quantize_row_q8_0_ref(values.data(), buffer.data() + r * row_blocks, static_cast<size_t>(k));
+  }
+  return buffer.data();
+}
+
+// Checks the scales of every quantized tensor that non-matmul ops read in
+// place (the embedding table), on every load: the pack cache holds only
+// matmul weights, whose rows pack_weights checks.
+void check_kept_tensors(const PackPlan& plan, ThreadPool& pool) {
+  constexpr int64_t kCheckRows = 1024;
+  struct Piece {
+    const gguf::TensorInfo* t;
+    int64_t row0, rows;
+  };
+  std::vector<Piece> pieces;
+  for (const gguf::TensorInfo* t : plan.kept) {
+    if (t == nullptr || ::lumen::ops::row(dtype_of(*t)).block_elems == 1) continue;
+    const int64_t rows = static_cast<int64_t>(t->n_elements) / t->ne[0];
+    for (int64_t r = 0; r < rows; r += kCheckRows) pieces.push_back(Piece{t, r, std::min(kCheckRows, rows - r)});
+  }
+  std::vector<std::optional<std::string>> problems(pieces.size());
+  pool.parallel_for(static_cast<int64_t>(pieces.size()), [&](int64_t i, int) {
+    const Piece& p = pieces[static_cast<size_t>(i)];
+    problems[static_cast<size_t>(i)] = check_rows(*p.t, p.row0, p.rows);
+  });
+  for (const std::optional<std::string>& why : problems)
+    if (why) throw LoadError(*why);
 }
 
 // Points every packed matmul at its bytes in `storage`.
@@ -343,7 +431,9 @@ void place_packed(const PackPlan& plan, uint8_t* storage, BoundModel& b) {
     b.matmuls[job.section][job.op][static_cast<size_t>(job.layer)].w = storage + job.offset;
 }
 
-// Repacks every planned matmul into `storage`, in parallel pieces.
+// Repacks every planned matmul into `storage`, in parallel pieces, after
+// checking each piece's scales (so a pack cache file, written only after
+// this returns, holds only checked weights; its key hashes their bytes).
 void pack_weights(const CompiledModel& model, const PackPlan& plan, bool release_file_pages, ThreadPool& pool,
                   uint8_t* storage, BoundModel& b) {
   const Program& p = model.program;
@@ -380,20 +470,28 @@ void pack_weights(const CompiledModel& model, const PackPlan& plan, bool release
   auto release = [&](const gguf::TensorInfo* t, int64_t byte0, int64_t bytes) {
     release_pages(plan, release_file_pages, t, byte0, bytes);
   };
-  auto blocks = [](const gguf::TensorInfo* t) { return reinterpret_cast<const BlockQ8_0*>(t->data); };
+  auto rows_of = [](const gguf::TensorInfo* t) { return static_cast<int64_t>(t->n_elements) / t->ne[0]; };
+  auto src_row_bytes = [](const gguf::TensorInfo* t) { return ::lumen::ops::row_bytes(dtype_of(*t), t->ne[0]); };
+  // Tensors also read in place are checked by check_kept_tensors.
+  auto check = [&](const gguf::TensorInfo* t, int64_t row0, int64_t rows) -> std::optional<std::string> {
+    if (plan.kept.count(t) != 0) return std::nullopt;
+    return check_rows(*t, row0, rows);
+  };
+  std::vector<std::optional<std::string>> problems(pieces.size());
   pool.parallel_for(static_cast<int64_t>(pieces.size()), [&](int64_t index, int) {
     const Piece& piece = pieces[static_cast<size_t>(index)];
+    std::optional<std::string>& problem = problems[static_cast<size_t>(index)];
     const PackJob& job = *piece.job;
     const program::Op& op = p.ops(job.section)[job.op];
     const PackedMatMul& mm = b.matmuls[job.section][job.op][static_cast<size_t>(job.layer)];
     uint8_t* out = storage + job.offset;
-    const int64_t row_blocks = mm.k / kQ8Block;
-    const int64_t row_bytes = row_blocks * static_cast<int64_t>(sizeof(BlockQ8_0));
     if (piece.weight < 0) {
-      std::vector<BlockQ8_0> joined;
+      std::vector<BlockQ8_0> joined, converted;
       for (int wi : op.weights) {
         const gguf::TensorInfo* t = tensor_for(job, wi);
-        joined.insert(joined.end(), blocks(t), blocks(t) + t->n_bytes / sizeof(BlockQ8_0));
+        if ((problem = check(t, 0, rows_of(t)))) return;
+        const BlockQ8_0* q = q8_0_rows(*t, 0, rows_of(t), mm.k, converted);
+        joined.insert(joined.end(), q, q + rows_of(t) * (mm.k / kQ8Block));
       }
       pack_q8_0(model.isa, joined.data(), mm.rows, mm.k, out, 0);
       for (int wi : op.weights) release(tensor_for(job, wi), 0, static_cast<int64_t>(tensor_for(job, wi)->n_bytes));
@@ -402,20 +500,26 @@ void pack_weights(const CompiledModel& model, const PackPlan& plan, bool release
     if (op.epilogue == Epilogue::SiluMul) {
       const gguf::TensorInfo* gate = tensor_for(job, op.weights[0]);
       const gguf::TensorInfo* up = tensor_for(job, op.weights[1]);
-      pack_q8_0_gate_up(model.isa, blocks(gate) + piece.row0 * row_blocks, blocks(up) + piece.row0 * row_blocks,
-                        piece.rows, mm.k, out + piece.row0 / group_rows * mm.group_bytes);
-      release(gate, piece.row0 * row_bytes, piece.rows * row_bytes);
-      release(up, piece.row0 * row_bytes, piece.rows * row_bytes);
+      if ((problem = check(gate, piece.row0, piece.rows)) || (problem = check(up, piece.row0, piece.rows))) return;
+      std::vector<BlockQ8_0> gate_q8, up_q8;
+      pack_q8_0_gate_up(model.isa, q8_0_rows(*gate, piece.row0, piece.rows, mm.k, gate_q8),
+                        q8_0_rows(*up, piece.row0, piece.rows, mm.k, up_q8), piece.rows, mm.k,
+                        out + piece.row0 / group_rows * mm.group_bytes);
+      release(gate, piece.row0 * src_row_bytes(gate), piece.rows * src_row_bytes(gate));
+      release(up, piece.row0 * src_row_bytes(up), piece.rows * src_row_bytes(up));
       return;
     }
     int64_t first_row = 0;  // of this weight in the concatenation
-    for (int i = 0; i < piece.weight; ++i)
-      first_row += static_cast<int64_t>(tensor_for(job, op.weights[static_cast<size_t>(i)])->n_elements) / mm.k;
+    for (int i = 0; i < piece.weight; ++i) first_row += rows_of(tensor_for(job, op.weights[static_cast<size_t>(i)]));
     const gguf::TensorInfo* t = tensor_for(job, op.weights[static_cast<size_t>(piece.weight)]);
-    pack_q8_0(model.isa, blocks(t) + piece.row0 * row_blocks, piece.rows, mm.k, out,
+    if ((problem = check(t, piece.row0, piece.rows))) return;
+    std::vector<BlockQ8_0> converted;
+    pack_q8_0(model.isa, q8_0_rows(*t, piece.row0, piece.rows, mm.k, converted), piece.rows, mm.k, out,
               (first_row + piece.row0) / group_rows);
-    release(t, piece.row0 * row_bytes, piece.rows * row_bytes);
+    release(t, piece.row0 * src_row_bytes(t), piece.rows * src_row_bytes(t));
   });
+  for (const std::optional<std::string>& why : problems)
+    if (why) throw LoadError(*why);
 }
 
 }  // namespace
@@ -428,6 +532,7 @@ BoundModel bind_model(const CompiledModel& model, const gguf::File& file, bool r
   bind_sizes(p, b);
   bind_weights(p, file, b);
   const PackPlan plan = plan_packing(model, b);
+  check_kept_tensors(plan, pool);
   auto start = std::chrono::steady_clock::now();
   const auto total = static_cast<size_t>(plan.total_bytes);
   b.packed_bytes = static_cast<uint64_t>(plan.total_bytes);

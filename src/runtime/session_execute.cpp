@@ -10,6 +10,7 @@
 
 #include "lumen/common/internal_error.h"
 #include "lumen/common/numeric.h"
+#include "lumen/quant/quant.h"
 #include "lumen/runtime/kernels.h"
 #include "session_impl.h"
 
@@ -126,15 +127,10 @@ void Session::Impl::run_op(const ROp& r, Section section, size_t index, int64_t 
       const gguf::TensorInfo* t = tensor(op.weights[0], layer);
       const int64_t cols = r.out.cols;
       const int64_t stride = static_cast<int64_t>(t->n_bytes) / t->ne[1];
+      // The table may be of any weight type (the plan checked it is one).
+      const DType type = *::lumen::ops::dtype_of_ggml(static_cast<uint32_t>(t->type));
       pool->parallel_for(rows, [&](int64_t i, int) {
-        const uint8_t* src = t->data + *r.in[0].i32(i) * stride;
-        float* dst = r.out.f32(i);
-        if (t->type == gguf::TensorType::Q8_0)
-          dequantize_row_q8_0(reinterpret_cast<const BlockQ8_0*>(src), dst, static_cast<size_t>(cols));
-        else if (t->type == gguf::TensorType::F16)
-          for (int64_t c = 0; c < cols; ++c) dst[c] = f16_to_f32(reinterpret_cast<const uint16_t*>(src)[c]);
-        else
-          std::memcpy(dst, src, static_cast<size_t>(cols) * sizeof(float));
+        quant::dequantize_row(type, t->data + *r.in[0].i32(i) * stride, r.out.f32(i), cols);
       });
       break;
     }

@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "lumen/ops/op_table.h"
+#include "lumen/quant/quant.h"
 #include "lumen/runtime/kernels.h"
 #include "session_impl.h"
 
@@ -361,9 +363,8 @@ void Session::Impl::check_op(const ROp& r, Section section, size_t index, int64_
   switch (op.kind) {
     case OpId::Embed:
       for (int64_t l = 0; l < layers; ++l) {
-        gguf::TensorType t = tensor(op.weights[0], l)->type;
-        need(t == gguf::TensorType::Q8_0 || t == gguf::TensorType::F32 || t == gguf::TensorType::F16,
-             "the table must be Q8_0, F16 or F32");
+        const std::optional<DType> t = op_table::dtype_of_ggml(static_cast<uint32_t>(tensor(op.weights[0], l)->type));
+        need(t && quant::is_weight_type(*t), "the table must be of a weight type (it is dequantized row by row)");
       }
       break;
     case OpId::MatMul:

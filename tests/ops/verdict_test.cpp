@@ -530,16 +530,16 @@ std::string location(const std::string& name, const std::string& text, const std
   return "";
 }
 
-// The kernels read q8_0 weights only: check refuses an f16 matmul weight at
-// the argument, as compile would (schedule once refused it without a place).
-TEST_F(CliVerdict, CheckRefusesAnF16MatmulWeightWhereItIsUsed) {
-  const std::string text = qwen2_with("wo        : q8_0[n_embd, n_embd]", "wo        : f16[n_embd, n_embd]");
-  const fs::path file = dir_ / "qwen2_f16_wo.dsl";
+// A matmul weight is a matrix (of any weight type): check refuses a vector
+// at the argument, as compile would (schedule once refused it without a place).
+TEST_F(CliVerdict, CheckRefusesAVectorMatmulWeightWhereItIsUsed) {
+  const std::string text = qwen2_with("wo        : q8_0[n_embd, n_embd]", "wo        : f32[n_embd]");
+  const fs::path file = dir_ / "qwen2_vector_wo.dsl";
   const Verdict v = run_driver(file.string(), text, Subcommand::Check);
   EXPECT_FALSE(v.accepted);
   EXPECT_EQ(v.first_error, location(file.string(), text, "matmul(a, wo[l])", "wo[l]") +
-                               "'matmul' has no kernel for f16 weights: the weight must be q8_0, found f16[n_embd, n_embd]");
-  expect_one_verdict(file, text, dir_ / "qwen2_f16_wo.so");
+                               "'matmul' needs a 2-D weight [rows, row_length] of a weight type, found f32[n_embd]");
+  expect_one_verdict(file, text, dir_ / "qwen2_vector_wo.so");
 }
 
 // A limit of memory planning, not of any one op: the carried value of the

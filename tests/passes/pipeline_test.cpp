@@ -524,14 +524,15 @@ TEST(Lumenc, ChecksDumpsAndReportsErrors) {
   EXPECT_EQ(out.find("m48n4"), std::string::npos);
 }
 
-// The op table's matmul rule refuses weights no kernel reads, so the
-// verifier does (for IR text; sema for the DSL), and schedule may assume it.
-TEST(Schedule, MatmulsNoKernelImplementsNeverReachIt) {
+// The op table's matmul rule refuses weights of a type that is no weight
+// type, so the verifier does (for IR text; sema for the DSL), and schedule
+// may assume it.
+TEST(Schedule, MatmulsOfNonWeightTypesNeverReachIt) {
   const char* text = R"(module tiny
 param n_embd : int = key("tiny.embedding_length")
 param n_vocab : int = len("tokenizer.ggml.tokens")
 weight @emb : q8_0[n_vocab, n_embd] = "token_embd.weight"
-weight @out : f16[n_vocab, n_embd] = "output.weight"
+weight @out : i32[n_vocab, n_embd] = "output.weight"
 func @forward(%0 : i32[N]) -> f32[N, n_vocab] {
   %1 = embed %0, @emb : (i32[N]) -> f32[N, n_embd]
   %2 = quantize %1 : (f32[N, n_embd]) -> act_q8[N, n_embd]
@@ -540,12 +541,12 @@ func @forward(%0 : i32[N]) -> f32[N, n_vocab] {
 }
 )";
   try {
-    lumen::driver::compile({"f16.ir", text}, target_options());
+    lumen::driver::compile({"i32.ir", text}, target_options());
     FAIL() << "no error";
   } catch (const lumen::driver::Error& e) {
     const std::string what = e.what();
-    EXPECT_EQ(what.rfind("the IR of 'f16.ir' does not verify: ", 0), 0u) << what;
-    EXPECT_NE(what.find("'matmul' has no kernel for f16 weights: the weight must be q8_0, found f16[n_vocab, n_embd]"),
+    EXPECT_EQ(what.rfind("the IR of 'i32.ir' does not verify: ", 0), 0u) << what;
+    EXPECT_NE(what.find("'matmul' needs a 2-D weight [rows, row_length] of a weight type, found i32[n_vocab, n_embd]"),
               std::string::npos)
         << what;
   }

@@ -1,12 +1,17 @@
 // Load-time refusals and Session behaviour on a small synthetic qwen2 GGUF:
 // each wrong key type, missing key, out-of-range value, failed check, missing,
 // misshapen or mistyped tensor is one LoadError naming the culprit; eval()
-// refuses context overflow and bad ids without changing the session.
+// refuses context overflow and bad ids without changing the session. Weights
+// of every weight type bind (the program declaring their type), and run as
+// their dequantized values do; malformed quantized tensors are refused.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <random>
 #include <string>
@@ -15,6 +20,8 @@
 #include "lumen/gguf/gguf.h"
 #include "lumen/common/numeric.h"
 #include "lumen/ops/op_list.h"
+#include "lumen/quant/blocks.h"
+#include "lumen/quant/quant.h"
 #include "lumen/runtime/binding.h"
 #include "lumen/runtime/session.h"
 #include "lumen/runtime/thread_pool.h"
@@ -51,6 +58,13 @@ struct SynthOptions {
   std::string skip_key;                                     // leave this metadata key out (u32 defaults only)
   std::function<void(std::string&, gguf::TensorType&, std::vector<int64_t>&)> tensor;  // edit one
   bool output_is_embedding_copy = false;                    // output.weight gets token_embd's bytes
+  // The type of the tensors that are Q8_0 by default (the matmul weights and
+  // the embedding), their random blocks made with weight_bytes; with
+  // as_dequantized_f32 they are written as F32 holding those blocks' values.
+  gguf::TensorType quant_type = gguf::TensorType::Q8_0;
+  bool as_dequantized_f32 = false;
+  int64_t embd = kEmbd, ff = kFf;  // 256 and 512 for the 256-element blocks
+  std::function<void(const std::string&, std::vector<uint8_t>&)> bytes;  // edit one tensor's bytes
 };
 
 SynthOptions with_metadata(std::function<void(gguf::Writer&)> f) {
@@ -80,6 +94,53 @@ std::vector<uint8_t> q8_0_bytes(int64_t rows, int64_t cols, std::mt19937& rng) {
   return std::vector<uint8_t>(p, p + blocks.size() * sizeof(BlockQ8_0));
 }
 
+// The fp16 scales of a block of type t (offset, value): small enough that
+// random quants and sub-block scales keep the weights well below 1.
+std::vector<std::pair<size_t, float>> block_scales(ops::DType t) {
+  using namespace quant;
+  switch (t) {
+    case ops::DType::Q4_0: return {{offsetof(BlockQ4_0, d), 0.02f}};
+    case ops::DType::Q4_1: return {{offsetof(BlockQ4_1, d), 0.02f}, {offsetof(BlockQ4_1, m), -0.1f}};
+    case ops::DType::Q5_0: return {{offsetof(BlockQ5_0, d), 0.01f}};
+    case ops::DType::Q5_1: return {{offsetof(BlockQ5_1, d), 0.01f}, {offsetof(BlockQ5_1, m), -0.1f}};
+    case ops::DType::Q2_K: return {{offsetof(BlockQ2_K, d), 0.02f}, {offsetof(BlockQ2_K, dmin), 0.01f}};
+    case ops::DType::Q3_K: return {{offsetof(BlockQ3_K, d), 0.005f}};
+    case ops::DType::Q4_K: return {{offsetof(BlockQ4_K, d), 0.001f}, {offsetof(BlockQ4_K, dmin), 0.001f}};
+    case ops::DType::Q5_K: return {{offsetof(BlockQ5_K, d), 0.0005f}, {offsetof(BlockQ5_K, dmin), 0.001f}};
+    case ops::DType::Q6_K: return {{offsetof(BlockQ6_K, d), 0.0002f}};
+    case ops::DType::IQ4_NL: return {{offsetof(BlockIQ4_NL, d), 0.002f}};
+    case ops::DType::IQ4_XS: return {{offsetof(BlockIQ4_XS, d), 0.0002f}};
+    default: return {};
+  }
+}
+
+// rows x cols of type t: random quants with block_scales, or random values
+// in [-0.05, 0.05] for F32/F16/BF16.
+std::vector<uint8_t> weight_bytes(ops::DType t, int64_t rows, int64_t cols, std::mt19937& rng) {
+  const ops::DTypeRow& r = ops::row(t);
+  std::vector<uint8_t> bytes(static_cast<size_t>(ops::row_bytes(t, rows * cols)));
+  if (r.block_elems == 1) {
+    std::uniform_real_distribution<float> value(-0.05f, 0.05f);
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      const float f = value(rng);
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      const uint16_t h = t == ops::DType::F16 ? f32_to_f16(f) : static_cast<uint16_t>(bits >> 16);
+      if (t == ops::DType::F32) std::memcpy(bytes.data() + 4 * i, &f, 4);
+      else std::memcpy(bytes.data() + 2 * i, &h, 2);
+    }
+    return bytes;
+  }
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (uint8_t& b : bytes) b = static_cast<uint8_t>(byte(rng));
+  for (size_t at = 0; at < bytes.size(); at += static_cast<size_t>(r.block_bytes))
+    for (const auto& [offset, value] : block_scales(t)) {
+      const uint16_t h = f32_to_f16(value);
+      std::memcpy(bytes.data() + at + offset, &h, 2);
+    }
+  return bytes;
+}
+
 std::vector<uint8_t> f32_bytes(int64_t n, float value) {
   std::vector<float> v(static_cast<size_t>(n), value);
   const uint8_t* p = reinterpret_cast<const uint8_t*>(v.data());
@@ -90,9 +151,9 @@ std::string synth_gguf(const std::string& name, const SynthOptions& o = {}) {
   gguf::Writer w;
   w.set_string("general.architecture", "qwen2");
   if (o.skip_key != "qwen2.context_length") w.set_u32("qwen2.context_length", 64);
-  w.set_u32("qwen2.embedding_length", kEmbd);
+  w.set_u32("qwen2.embedding_length", static_cast<uint32_t>(o.embd));
   w.set_u32("qwen2.block_count", kLayers);
-  w.set_u32("qwen2.feed_forward_length", kFf);
+  w.set_u32("qwen2.feed_forward_length", static_cast<uint32_t>(o.ff));
   w.set_u32("qwen2.attention.head_count", kHeads);
   w.set_u32("qwen2.attention.head_count_kv", kHeadsKv);
   w.set_f32("qwen2.rope.freq_base", 10000.0f);
@@ -110,14 +171,29 @@ std::string synth_gguf(const std::string& name, const SynthOptions& o = {}) {
     if (o.tensor) o.tensor(tname, type, ne);
     int64_t rows = ne.size() > 1 ? ne[1] : 1;
     std::vector<uint8_t> bytes;
-    if (original == "output.weight" && o.output_is_embedding_copy) bytes = embedding_bytes;
-    else if (type == gguf::TensorType::Q8_0) bytes = q8_0_bytes(rows, ne[0], rng);
+    const ops::DType quant_type = *ops::dtype_of_ggml(static_cast<uint32_t>(o.quant_type));
+    if (original == "output.weight" && o.output_is_embedding_copy) {
+      bytes = embedding_bytes;
+      if (type == gguf::TensorType::Q8_0) type = o.quant_type;
+    } else if (type == gguf::TensorType::Q8_0 && o.quant_type != gguf::TensorType::Q8_0) {
+      bytes = weight_bytes(quant_type, rows, ne[0], rng);
+      type = o.quant_type;
+    } else if (type == gguf::TensorType::Q8_0) bytes = q8_0_bytes(rows, ne[0], rng);
     else if (type == gguf::TensorType::F16) bytes = std::vector<uint8_t>(static_cast<size_t>(2 * rows * ne[0]), 0);
     else bytes = f32_bytes(rows * ne[0], original.find("bias") != std::string::npos ? 0.01f : 1.0f);
     if (original == "token_embd.weight") embedding_bytes = bytes;
+    if (o.as_dequantized_f32 && type == o.quant_type) {
+      std::vector<float> values(static_cast<size_t>(rows * ne[0]));
+      quant::dequantize_row(quant_type, bytes.data(), values.data(), rows * ne[0]);
+      bytes.assign(reinterpret_cast<const uint8_t*>(values.data()),
+                   reinterpret_cast<const uint8_t*>(values.data() + values.size()));
+      type = gguf::TensorType::F32;
+    }
+    if (o.bytes) o.bytes(tname, bytes);
     w.add_tensor(tname, type, ne, bytes);
   };
   const auto Q8 = gguf::TensorType::Q8_0, F32 = gguf::TensorType::F32;
+  const int64_t kEmbd = o.embd, kFf = o.ff, kKvDim = kEmbd / kHeads * kHeadsKv;
   add("token_embd.weight", Q8, {kEmbd, kVocab});
   for (int64_t l = 0; l < kLayers; ++l) {
     std::string b = std::string("blk.").append(std::to_string(l)).append(".");
@@ -295,6 +371,193 @@ TEST_F(Binding, TensorRefusals) {
                                                if (name == "blk.0.ffn_norm.weight") type = gguf::TensorType::F16;
                                              })),
                     "tensor 'blk.0.ffn_norm.weight' has type F16, expected F32");
+}
+
+// The qwen2 program declaring type t for every weight it declares Q8_0 (the
+// DSL's q8_0), as a program compiled for a file of type t declares them.
+std::shared_ptr<const CompiledModel> model_declaring(ops::DType t) {
+  const Isa isa = best_isa(cpu_features());
+  program::Program p = testing::qwen2_program(isa);
+  for (program::Weight& w : p.weights)
+    if (w.dtypes == std::vector<program::DType>{ops::DType::Q8_0}) w.dtypes = {t};
+  return testing::in_process_model(p, isa);
+}
+
+SynthOptions of_type(ops::DType t) {
+  SynthOptions o;
+  o.quant_type = static_cast<gguf::TensorType>(ops::row(t).ggml_type);
+  if (ops::row(t).block_elems == quant::kQK_K) {
+    o.embd = 256;
+    o.ff = 512;
+  }
+  return o;
+}
+
+std::vector<float> logits_of(const std::shared_ptr<const CompiledModel>& model, const std::string& path) {
+  SessionOptions o;
+  o.n_threads = 2;
+  Session s(model, path, o);
+  const std::vector<int32_t> tokens = {3, 4, 17, 39, 0};
+  std::span<const float> l = s.eval(tokens);
+  return std::vector<float>(l.begin(), l.end());
+}
+
+// Every weight type binds (matmul weights and the embedding table) and runs
+// exactly as a file holding its dequantized values as F32 does: both are
+// requantized to Q8_0 from the same floats (the fallback), and the Embed op
+// dequantizes the looked-up rows to the same floats.
+TEST_F(Binding, EveryWeightTypeRunsAsItsDequantizedValues) {
+  for (const ops::DTypeRow& row : ops::kDTypes) {
+    if (!row.weight || row.id == ops::DType::Q8_0 || row.id == ops::DType::F32) continue;
+    SCOPED_TRACE(row.name);
+    SynthOptions o = of_type(row.id);
+    const std::string quantized = synth_gguf(std::string("type_") + row.name, o);
+    o.as_dequantized_f32 = true;
+    const std::string dequantized = synth_gguf(std::string("type_") + row.name + "_f32", o);
+    const std::vector<float> got = logits_of(model_declaring(row.id), quantized);
+    ASSERT_EQ(got.size(), static_cast<size_t>(kVocab));
+    float lo = got[0], hi = got[0];
+    for (float v : got) {
+      ASSERT_TRUE(std::isfinite(v));
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+    EXPECT_GT(hi - lo, 0.01f) << "logits all equal: the model computes nothing";
+    EXPECT_EQ(got, logits_of(model_declaring(ops::DType::F32), dequantized));
+  }
+}
+
+// A tied head reads the embedding's tensor in the embedding's type (here
+// Q4_K: the Embed op dequantizes it, the head packs it).
+TEST_F(Binding, TiedHeadReadsTheEmbeddingsType) {
+  SynthOptions tied = of_type(ops::DType::Q4_K);
+  tied.skip_tensor = "output.weight";
+  SynthOptions copy = of_type(ops::DType::Q4_K);
+  copy.output_is_embedding_copy = true;
+  const auto model = model_declaring(ops::DType::Q4_K);
+  EXPECT_EQ(logits_of(model, synth_gguf("tied_q4_k", tied)), logits_of(model, synth_gguf("untied_q4_k", copy)));
+}
+
+// Until the compiler takes the file's types, the program's declared type is the one a tensor must have.
+TEST_F(Binding, ATensorMustHaveTheProgramsDeclaredType) {
+  expect_load_error(synth_gguf("q5_0_for_q8_0", of_type(ops::DType::Q5_0)),
+                    "tensor 'token_embd.weight' has type Q5_0, expected Q8_0");
+  Session s(model_declaring(ops::DType::Q5_0), synth_gguf("q5_0_for_q8_0", of_type(ops::DType::Q5_0)));
+  EXPECT_EQ(s.n_vocab(), kVocab);
+}
+
+// Types Lumen does not run are refused by name, whatever the program declares.
+TEST_F(Binding, UnrunnableTypesAreRefusedByName) {
+  auto typed = [](gguf::TensorType type, const char* tensor) {
+    SynthOptions o = of_type(ops::DType::Q4_K);  // rows of 256 and 512
+    o.tensor = [=](std::string& name, gguf::TensorType& t, std::vector<int64_t>&) {
+      if (name == tensor) t = type;
+    };
+    o.bytes = [=](const std::string& name, std::vector<uint8_t>& bytes) {
+      if (name != tensor) return;
+      const gguf::TypeTraits traits = *gguf::type_traits(static_cast<uint32_t>(type));
+      // ffn_down is [n_embd rows, n_ff] = 256 x 512.
+      bytes.assign(size_t(256) * 512 / traits.block_size * traits.type_size, 0);
+    };
+    return o;
+  };
+  const auto model = model_declaring(ops::DType::Q4_K);
+  auto refused = [&](gguf::TensorType type, const std::string& what) {
+    const std::string path = synth_gguf(std::string("refused_") + std::string(gguf::to_string(type)),
+                                        typed(type, "blk.0.ffn_down.weight"));
+    try {
+      Session s(model, path);
+      ADD_FAILURE() << "loaded a " << gguf::to_string(type) << " tensor";
+    } catch (const LoadError& e) {
+      EXPECT_EQ(std::string(e.what()), what);
+    }
+  };
+  refused(gguf::TensorType::IQ2_XXS,
+          "tensor 'blk.0.ffn_down.weight' has type IQ2_XXS, which Lumen does not run (an importance-matrix type)");
+  refused(gguf::TensorType::IQ1_M,
+          "tensor 'blk.0.ffn_down.weight' has type IQ1_M, which Lumen does not run (an importance-matrix type)");
+  refused(gguf::TensorType::IQ3_S,
+          "tensor 'blk.0.ffn_down.weight' has type IQ3_S, which Lumen does not run (an importance-matrix type)");
+  refused(gguf::TensorType::TQ2_0,
+          "tensor 'blk.0.ffn_down.weight' has type TQ2_0, which Lumen does not run (a ternary type)");
+  refused(gguf::TensorType::Q8_1, "tensor 'blk.0.ffn_down.weight' has type Q8_1, which is not a weight type Lumen runs");
+  refused(gguf::TensorType::Q8_K, "tensor 'blk.0.ffn_down.weight' has type Q8_K, which is not a weight type Lumen runs");
+}
+
+// One fp16 scale of block `block` of row `row` of `tensor` (type t, rows of cols) set to `bits`.
+std::function<void(const std::string&, std::vector<uint8_t>&)> bad_scale(ops::DType t, std::string tensor,
+                                                                         int64_t cols, int64_t row, int64_t block,
+                                                                         size_t offset, uint16_t bits) {
+  return [=](const std::string& name, std::vector<uint8_t>& bytes) {
+    if (name != tensor) return;
+    const size_t at = static_cast<size_t>(ops::row_bytes(t, cols) * row + ops::row(t).block_bytes * block) + offset;
+    std::memcpy(bytes.data() + at, &bits, 2);
+  };
+}
+
+// A NaN or infinite scale anywhere in a quantized weight is refused at load
+// time with the tensor, row and block: in a matmul weight (checked as it is
+// packed, so a pack cache file is never written for it) and in the
+// embedding table (read in place; checked on every load).
+TEST_F(Binding, NanOrInfiniteScalesAreRefused) {
+  const auto q5_0 = model_declaring(ops::DType::Q5_0);
+  SynthOptions nan = of_type(ops::DType::Q5_0);
+  nan.bytes = bad_scale(ops::DType::Q5_0, "blk.1.attn_v.weight", kEmbd, 3, 1, offsetof(quant::BlockQ5_0, d), 0x7E00);
+  const fs::path cache = fs::path(LUMEN_BINARY_DIR) / "tests" / "runtime" / "binding_test_files" /
+                         std::to_string(getpid()) / "nan_pack_cache";
+  SessionOptions with_cache;
+  with_cache.pack_cache_dir = cache.string();
+  const std::string path = synth_gguf("nan_scale", nan);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    try {
+      Session s(q5_0, path, with_cache);
+      ADD_FAILURE() << "loaded a NaN scale";
+    } catch (const LoadError& e) {
+      EXPECT_EQ(std::string(e.what()), "tensor 'blk.1.attn_v.weight', row 3, block 1: scale d is NaN");
+    }
+    EXPECT_FALSE(fs::exists(cache) && !fs::is_empty(cache)) << "a pack cache file was written";
+  }
+  const auto q4_k = model_declaring(ops::DType::Q4_K);
+  SynthOptions inf = of_type(ops::DType::Q4_K);
+  inf.bytes = bad_scale(ops::DType::Q4_K, "token_embd.weight", 256, 5, 0, offsetof(quant::BlockQ4_K, dmin), 0xFC00);
+  try {
+    Session s(q4_k, synth_gguf("inf_embedding_scale", inf), with_cache);
+    ADD_FAILURE() << "loaded an infinite scale";
+  } catch (const LoadError& e) {
+    EXPECT_EQ(std::string(e.what()), "tensor 'token_embd.weight', row 5, block 0: scale dmin is infinite");
+  }
+  // Both again after the good file's weights are in the cache: still refused.
+  Session good(q5_0, synth_gguf("nan_scale_good", of_type(ops::DType::Q5_0)), with_cache);
+  EXPECT_THROW(Session(q5_0, path, with_cache), LoadError);
+}
+
+// The GGUF reader sizes every tensor from its shape and type: a quantized
+// tensor whose data is cut short, or whose type claims more bytes than it
+// has, is refused with the tensor named.
+TEST_F(Binding, MalformedQuantizedTensorsAreRefused) {
+  const auto model = model_declaring(ops::DType::Q5_0);
+  const std::string good = synth_gguf("malformed_source", of_type(ops::DType::Q5_0));
+  std::string bytes = testing::read_file(good);
+  const fs::path dir = fs::path(good).parent_path();
+  auto write = [&](const std::string& name, const std::string& contents) {
+    const std::string path = (dir / name).string();
+    std::ofstream(path, std::ios::binary) << contents;
+    return path;
+  };
+  // output.weight (Q5_0, the last tensor) loses its last 7 bytes.
+  expect_load_error(write("truncated.gguf", bytes.substr(0, bytes.size() - 7)), "tensor 'output.weight'");
+  expect_load_error(write("truncated.gguf", bytes.substr(0, bytes.size() - 7)), "runs past the end");
+  // blk.0.ffn_down.weight's type id turned from Q5_0 (22-byte blocks) into Q8_0 (34): it overlaps the next tensor.
+  const std::string name = "blk.0.ffn_down.weight";
+  const size_t at = bytes.find(name);
+  ASSERT_NE(at, std::string::npos);
+  const size_t type_at = at + name.size() + 4 + 2 * 8;  // after n_dims and two dimensions
+  uint32_t type;
+  std::memcpy(&type, bytes.data() + type_at, 4);
+  ASSERT_EQ(type, static_cast<uint32_t>(gguf::TensorType::Q5_0));
+  type = static_cast<uint32_t>(gguf::TensorType::Q8_0);
+  std::memcpy(bytes.data() + type_at, &type, 4);
+  expect_load_error(write("oversized.gguf", bytes), "overlaps tensor 'blk.0.ffn_down.weight'");
 }
 
 TEST_F(Binding, CpuFeatureRefusalNamesTheFeature) {
