@@ -398,11 +398,11 @@ int main(int argc, char** argv) {
         const Weights w = make_kquant_weights(weight_type, s, cold_bytes);
         const std::vector<ActBlock> x = make_acts(8, s.k);
         std::vector<float> y(8 * s.m, 0.0f), bias(s.m, 0.5f);
-        const KernelId gemv = KernelId::gemv(s.epilogue), batch = KernelId::batch(s.epilogue);
-        codegen::KQuantShape gemv_shape = codegen::kquant_kernel_shape(isa, weight_type, gemv);
+        const KernelId gemv = KernelId::gemv(s.epilogue, weight_type), batch = KernelId::batch(s.epilogue, weight_type);
+        codegen::KQuantShape gemv_shape = codegen::kquant_kernel_shape(isa, gemv);
         if (prefetch >= 0) gemv_shape.prefetch_bytes = prefetch;
-        JitKernel gemv_kernel(codegen::generate_kquant_kernel(isa, weight_type, gemv, gemv_shape));
-        JitKernel batch_kernel(codegen::generate_kquant_kernel(isa, weight_type, batch));
+        JitKernel gemv_kernel(codegen::generate_kquant_kernel(isa, gemv, gemv_shape));
+        JitKernel batch_kernel(isa, batch);
         const double t1 = time_matmul(pool, gemv_kernel.fn(), w, s, x, y, bias, 1, 1, window);
         const double gbs = double(w.bytes) / t1 / 1e9;
         std::string cells;

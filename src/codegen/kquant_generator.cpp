@@ -588,17 +588,13 @@ class KQuantGenerator : public CodeGenerator {
 
 }  // namespace
 
-bool has_kquant_kernel(Isa, DType t, const program::KernelId& kernel) {
-  return has_packed_kquant(t) && (kernel.kind == KernelKind::Gemv || kernel.kind == KernelKind::Batch);
+bool is_kquant_kernel(const program::KernelId& kernel) {
+  return has_packed_kquant(kernel.weight) && (kernel.kind == KernelKind::Gemv || kernel.kind == KernelKind::Batch);
 }
 
-bool kquant_shape_fits(Isa isa, DType t, Epilogue e, const KQuantShape& shape) {
-  return shape.groups >= 1 && shape.tokens >= 1 &&
-         tile_ok(isa, t, shape.groups * mult_of(e), shape.tokens, shape.fp32_acc_in_memory);
-}
-
-KQuantShape kquant_kernel_shape(Isa isa, DType t, const program::KernelId& kernel) {
-  LUMEN_ASSERT(has_kquant_kernel(isa, t, kernel), "no k-quant kernel " + program::to_string(kernel));
+KQuantShape kquant_kernel_shape(Isa isa, const program::KernelId& kernel) {
+  LUMEN_ASSERT(is_kquant_kernel(kernel), "no k-quant kernel " + program::to_string(kernel));
+  const DType t = kernel.weight;
   const int mult = mult_of(kernel.epilogue);
   KQuantShape shape;
   // One super-block ahead on every weight stream (about the Q8_0 kernels' 2176 B).
@@ -627,16 +623,15 @@ KQuantShape kquant_kernel_shape(Isa isa, DType t, const program::KernelId& kerne
   return shape;
 }
 
-std::vector<uint8_t> generate_kquant_kernel(Isa isa, DType t, const program::KernelId& kernel,
-                                            const KQuantShape& shape) {
-  LUMEN_ASSERT(has_kquant_kernel(isa, t, kernel), "no k-quant kernel " + program::to_string(kernel));
-  KQuantGenerator gen(isa, t, kernel.epilogue, shape);
+std::vector<uint8_t> generate_kquant_kernel(Isa isa, const program::KernelId& kernel, const KQuantShape& shape) {
+  LUMEN_ASSERT(is_kquant_kernel(kernel), "no k-quant kernel " + program::to_string(kernel));
+  KQuantGenerator gen(isa, kernel.weight, kernel.epilogue, shape);
   const uint8_t* code = gen.getCode();
   return std::vector<uint8_t>(code, code + gen.getSize());
 }
 
-std::vector<uint8_t> generate_kquant_kernel(Isa isa, DType t, const program::KernelId& kernel) {
-  return generate_kquant_kernel(isa, t, kernel, kquant_kernel_shape(isa, t, kernel));
+std::vector<uint8_t> generate_kquant_kernel(Isa isa, const program::KernelId& kernel) {
+  return generate_kquant_kernel(isa, kernel, kquant_kernel_shape(isa, kernel));
 }
 
 }  // namespace lumen::codegen

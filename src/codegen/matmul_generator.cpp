@@ -38,6 +38,7 @@
 #include "lumen/common/internal_error.h"
 #include "lumen/codegen/kernel_support.h"
 #include "lumen/target/weight_formats.h"
+#include "lumen/codegen/kquant_kernel.h"
 
 namespace lumen::codegen {
 namespace {
@@ -674,6 +675,7 @@ std::vector<uint8_t> generate_matmul_kernel(Isa isa, const program::KernelId& ke
 }
 
 std::vector<uint8_t> generate_matmul_kernel(Isa isa, const program::KernelId& kernel) {
+  if (is_kquant_kernel(kernel)) return generate_kquant_kernel(isa, kernel);
   return generate_matmul_kernel(isa, kernel, kernel_shape(isa, kernel));
 }
 

@@ -44,10 +44,11 @@ std::vector<Isa> runnable_isas() {
   return isas;
 }
 
-const JitKernel& kernel(Isa isa, DType t, const KernelId& id) {
-  static std::map<std::tuple<Isa, DType, KernelId>, std::unique_ptr<JitKernel>> cache;
-  auto& slot = cache[{isa, t, id}];
-  if (!slot) slot = std::make_unique<JitKernel>(generate_kquant_kernel(isa, t, id));
+// Through the generation entry point, as model.so emission calls it.
+const JitKernel& kernel(Isa isa, const KernelId& id) {
+  static std::map<std::tuple<Isa, KernelId>, std::unique_ptr<JitKernel>> cache;
+  auto& slot = cache[{isa, id}];
+  if (!slot) slot = std::make_unique<JitKernel>(isa, id);
   return *slot;
 }
 
@@ -235,7 +236,7 @@ std::vector<float> run(Isa isa, const Case& c, const Data& d, const KernelId& id
   std::vector<float> y(Case::kMaxN * c.y_stride(), std::bit_cast<float>(kPoisonBits));
   MatMulArgs a{d.packed.data(), d.x.data() + n0 * c.x_stride(), y.data() + n0 * c.y_stride(), d.bias.data(),
                d.residual.data() + n0 * c.r_stride(), c.x_stride(), c.y_stride(), c.r_stride(), c.k / 32, c.m, n};
-  kernel(isa, c.type, id).fn()(&a);
+  kernel(isa, id).fn()(&a);
   return y;
 }
 
@@ -285,7 +286,7 @@ void check(Isa isa, const Case& c, const Data& d, const KernelId& id, int64_t n_
 void run_case(const Case& c, std::mt19937& rng, const std::vector<int64_t>& ns) {
   const Data d = make_data(c, rng);
   for (Isa isa : runnable_isas()) {
-    const KernelId gemv = KernelId::gemv(c.epi), batch = KernelId::batch(c.epi);
+    const KernelId gemv = KernelId::gemv(c.epi, c.type), batch = KernelId::batch(c.epi, c.type);
     std::vector<float> per_token(Case::kMaxN * c.y_stride(), std::bit_cast<float>(kPoisonBits));
     for (int64_t n = 0; n < Case::kMaxN; ++n) {
       const auto y = run(isa, c, d, gemv, n, 1);
@@ -331,10 +332,10 @@ TEST(KQuantKernels, KNotAMultipleOf256IsRefused) {
     std::vector<ActBlock> x(28);
     quantize_act(std::vector<float>(896, 1.0f).data(), x.data(), 896);
     for (Isa isa : runnable_isas()) {
-      for (const KernelId& id : {KernelId::gemv(Epilogue::None), KernelId::batch(Epilogue::None)}) {
+      for (const KernelId& id : {KernelId::gemv(Epilogue::None, t), KernelId::batch(Epilogue::None, t)}) {
         std::vector<float> y(16, std::bit_cast<float>(kPoisonBits));
         MatMulArgs a{out.data(), x.data(), y.data(), nullptr, nullptr, 28, 16, 16, 28, 16, 1};
-        kernel(isa, t, id).fn()(&a);
+        kernel(isa, id).fn()(&a);
         for (float v : y) EXPECT_EQ(std::bit_cast<uint32_t>(v), kPoisonBits) << to_string(isa);
       }
     }
@@ -427,7 +428,7 @@ TEST(KQuantKernels, ActBlockActivationsAreCloserToExactThanQ8K) {
         const auto xq = q8k_roundtrip(x);
         std::vector<float> y(m);
         MatMulArgs a{packed.data(), xa.data(), y.data(), nullptr, nullptr, k / 32, m, m, k / 32, m, 1};
-        kernel(isa, t, KernelId::gemv(Epilogue::None)).fn()(&a);
+        kernel(isa, KernelId::gemv(Epilogue::None, t)).fn()(&a);
         for (int64_t r = 0; r < m; ++r) {
           double exact = 0, q8k = 0;
           for (int64_t i = 0; i < k; ++i) {

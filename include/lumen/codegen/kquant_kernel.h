@@ -21,15 +21,14 @@ struct KQuantShape {
   bool fp32_acc_in_memory = false;
 };
 
-// Whether (isa, t, kernel) has a k-quant kernel: t Q4_K, Q5_K or Q6_K, a GEMV or
-// batch kernel, any epilogue, any ISA.
-bool has_kquant_kernel(Isa isa, ops::DType t, const program::KernelId& kernel);
-// The shape the generator uses; InternalError unless has_kquant_kernel.
-KQuantShape kquant_kernel_shape(Isa isa, ops::DType t, const program::KernelId& kernel);
-bool kquant_shape_fits(Isa isa, ops::DType t, program::Epilogue e, const KQuantShape& shape);
-std::vector<uint8_t> generate_kquant_kernel(Isa isa, ops::DType t, const program::KernelId& kernel);
-std::vector<uint8_t> generate_kquant_kernel(Isa isa, ops::DType t, const program::KernelId& kernel,
-                                            const KQuantShape& shape);
+// Whether `kernel` is a k-quant kernel: its weight Q4_K, Q5_K or Q6_K, a
+// GEMV or batch kernel, any epilogue; every ISA has them.
+// generate_matmul_kernel (codegen.h) generates these with the functions below.
+bool is_kquant_kernel(const program::KernelId& kernel);
+// The shape the generator uses; InternalError unless is_kquant_kernel.
+KQuantShape kquant_kernel_shape(Isa isa, const program::KernelId& kernel);
+std::vector<uint8_t> generate_kquant_kernel(Isa isa, const program::KernelId& kernel);
+std::vector<uint8_t> generate_kquant_kernel(Isa isa, const program::KernelId& kernel, const KQuantShape& shape);
 
 // The scalar oracle with the kernels' arithmetic (fp32 stage in the same
 // order). Throws std::invalid_argument unless k_blocks % 8 == 0.

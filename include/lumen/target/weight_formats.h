@@ -14,8 +14,9 @@
 namespace lumen {
 
 // The packed layouts the generated kernels stream (packed_q8_0.h,
-// packed_4bit.h).
-inline constexpr ops::DType kPackedFormats[] = {ops::DType::Q8_0, ops::DType::Q4_0, ops::DType::Q5_0};
+// packed_4bit.h: Q4_0, Q5_0; packed_kquant.h: the k-quants' GEMV and batch kernels).
+inline constexpr ops::DType kPackedFormats[] = {ops::DType::Q8_0, ops::DType::Q4_0, ops::DType::Q5_0,
+                                                ops::DType::Q4_K, ops::DType::Q5_K, ops::DType::Q6_K};
 
 // Whether `format` is one of kPackedFormats.
 constexpr bool is_packed_format(ops::DType format) {
