@@ -745,50 +745,83 @@ __attribute__((target("avx2,fma,f16c"))) void q8_0_scores_avx2(const BlockQ8_0* 
   }
 }
 
-// out[d] *= m and out[d] = fma(v[d], p, out[d]) over hd values (a multiple of 8).
-__attribute__((target("avx2,fma,f16c"))) void scale_row_avx2(float* out, int64_t hd, float m) {
-  const __m256 vm = _mm256_set1_ps(m);
-  for (int64_t d = 0; d < hd; d += 8) _mm256_storeu_ps(out + d, _mm256_mul_ps(_mm256_loadu_ps(out + d), vm));
+// out = fma(v_j, vs_j, out * ms_j) for keys j in order (vf: their V rows, hd
+// apart), out held in kVecs registers (hd = 8 * kVecs); ms_j = 1 leaves out
+// exact, so this is the flash-attention loop's rescale-then-accumulate.
+template <int kVecs>
+__attribute__((target("avx2,fma,f16c"))) void accumulate_v_avx2(const float* ms, const float* vs, int64_t n_keys,
+                                                                 const float* vf, float* out) {
+  __m256 acc[kVecs];
+#pragma GCC unroll 16
+  for (int r = 0; r < kVecs; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t j = 0; j < n_keys; ++j) {
+    const __m256 m = _mm256_set1_ps(ms[j]), p = _mm256_set1_ps(vs[j]);
+    const float* v = vf + j * 8 * kVecs;
+#pragma GCC unroll 16
+    for (int r = 0; r < kVecs; ++r) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(v + 8 * r), p, _mm256_mul_ps(acc[r], m));
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < kVecs; ++r) _mm256_storeu_ps(out + 8 * r, acc[r]);
 }
-__attribute__((target("avx2,fma,f16c"))) void fma_row_avx2(float* out, const float* v, int64_t hd, float p) {
-  const __m256 vp = _mm256_set1_ps(p);
-  for (int64_t d = 0; d < hd; d += 8)
-    _mm256_storeu_ps(out + d, _mm256_fmadd_ps(_mm256_loadu_ps(v + d), vp, _mm256_loadu_ps(out + d)));
+
+// The same for any head size (a multiple of 8), out in memory.
+__attribute__((target("avx2,fma,f16c"))) void accumulate_v_avx2_any(const float* ms, const float* vs, int64_t n_keys,
+                                                                     const float* vf, int64_t hd, float* out) {
+  std::fill(out, out + hd, 0.0f);
+  for (int64_t j = 0; j < n_keys; ++j) {
+    const __m256 m = _mm256_set1_ps(ms[j]), p = _mm256_set1_ps(vs[j]);
+    for (int64_t d = 0; d < hd; d += 8)
+      _mm256_storeu_ps(out + d, _mm256_fmadd_ps(_mm256_loadu_ps(vf + j * hd + d), p,
+                                                _mm256_mul_ps(_mm256_loadu_ps(out + d), m)));
+  }
 }
 
 // The online softmax and P·V of one row over its keys (scores: the raw dot
 // products; vf: the keys' dequantized V rows, head_dim apart), as llama.cpp's
-// flash attention runs them; out is the accumulator. kAvx2 only vectorizes
-// the per-dimension products, which round the same way.
+// flash attention runs them. The running maximum and sum need only the
+// scores, so the weights come first: key j rescales what was accumulated by
+// ms_j (expf(old max - s) at a new maximum, else 1) and adds its V row times
+// vs_j (1 at a new maximum, else expf(s - max)); then the accumulation.
 template <bool kAvx2>
 void q8_0_online_softmax(const float* scores, int64_t n_keys, const float* vf, int64_t hd, float scale, float softcap,
                          float* out) {
-  std::fill(out, out + hd, 0.0f);
-  if (n_keys == 0) return;
+  if (n_keys == 0) {
+    std::fill(out, out + hd, 0.0f);
+    return;
+  }
+  thread_local std::vector<float> ms, vs;
+  ms.resize(static_cast<size_t>(n_keys));
+  vs.resize(static_cast<size_t>(n_keys));
   if (softcap > 0) scale /= softcap;
   float max = -INFINITY, sum = 0;
   for (int64_t j = 0; j < n_keys; ++j) {
     float s = scores[j] * scale;
     if (softcap > 0) s = softcap * std::tanh(s);
-    float ms = 1.0f, vs = 1.0f;
-    if (s > max) {  // a new maximum: what was accumulated is rescaled, this key weighs expf(0)
-      ms = std::exp(max - s);
+    float m = 1.0f, v = 1.0f;
+    if (s > max) {
+      m = std::exp(max - s);
       max = s;
-      if constexpr (kAvx2)
-        scale_row_avx2(out, hd, ms);
-      else
-        for (int64_t d = 0; d < hd; ++d) out[d] *= ms;
     } else {
-      vs = std::exp(s - max);
+      v = std::exp(s - max);
     }
-    const float* v = vf + j * hd;
-    if constexpr (kAvx2)
-      fma_row_avx2(out, v, hd, vs);
-    else
-      for (int64_t d = 0; d < hd; ++d) out[d] = std::fma(v[d], vs, out[d]);
+    ms[static_cast<size_t>(j)] = m;
+    vs[static_cast<size_t>(j)] = v;
     // Two roundings, as ggml's S = S*ms + vs compiles.
-    const float scaled = sum * ms;
-    sum = scaled + vs;
+    const float scaled = sum * m;
+    sum = scaled + v;
+  }
+  if constexpr (kAvx2) {
+    switch (hd) {
+      case 32: accumulate_v_avx2<4>(ms.data(), vs.data(), n_keys, vf, out); break;
+      case 64: accumulate_v_avx2<8>(ms.data(), vs.data(), n_keys, vf, out); break;
+      case 96: accumulate_v_avx2<12>(ms.data(), vs.data(), n_keys, vf, out); break;
+      case 128: accumulate_v_avx2<16>(ms.data(), vs.data(), n_keys, vf, out); break;
+      default: accumulate_v_avx2_any(ms.data(), vs.data(), n_keys, vf, hd, out); break;
+    }
+  } else {
+    std::fill(out, out + hd, 0.0f);
+    for (int64_t j = 0; j < n_keys; ++j)
+      for (int64_t d = 0; d < hd; ++d) out[d] = std::fma(vf[j * hd + d], vs[static_cast<size_t>(j)], out[d] * ms[static_cast<size_t>(j)]);
   }
   const float inv = 1.0f / sum;
   for (int64_t d = 0; d < hd; ++d) out[d] *= inv;

@@ -300,6 +300,20 @@ TEST_F(Binding, EvalRefusalsLeaveTheSessionUnchanged) {
 // Without output.weight the LM head binds token_embd.weight itself (the
 // tensor, not a copy), and computes exactly what an untied model whose
 // output.weight holds the embedding's bytes computes.
+// A Q8_0 cache reads each head's row as whole blocks of 32: this model's
+// heads are 16 wide (its K rows, 32, would fit), so --kv q8_0 is refused.
+TEST_F(Binding, AQ8CacheNeedsHeadsOfWholeBlocks) {
+  SessionOptions o;
+  o.n_threads = 1;
+  o.kv_type = KvType::Q8_0;
+  try {
+    Session s(model_, synth_gguf("good"), o);
+    ADD_FAILURE() << "loaded with a q8_0 cache and 16-wide heads";
+  } catch (const LoadError& e) {
+    EXPECT_STREQ(e.what(), "--kv q8_0 needs a head size that is a multiple of 32; this model's is 16");
+  }
+}
+
 TEST_F(Binding, TiedOutputFallsBackToTheEmbedding) {
   const std::string tied = synth_gguf("tied", without("output.weight"));
   SynthOptions copy;
