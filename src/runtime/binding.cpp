@@ -257,7 +257,8 @@ struct PackJob {
 struct PackPlan {
   std::vector<PackJob> jobs;
   int64_t total_bytes = 0;
-  std::set<const gguf::TensorInfo*> kept;  // tensors read in place by non-matmul ops
+  std::set<const gguf::TensorInfo*> kept;    // tensors read in place by non-matmul ops
+  std::set<const gguf::TensorInfo*> packed;  // tensors of matmul weights (a tied embedding is both)
 };
 
 // The rows, row length and biases of one MatMul op of one layer, checked;
@@ -336,6 +337,7 @@ PackPlan plan_packing(const CompiledModel& model, BoundModel& b) {
         PackedMatMul mm;
         const int64_t bytes = bind_matmul(model, op, layer, b, mm);
         b.matmuls[s][oi].push_back(mm);
+        for (int wi : op.weights) plan.packed.insert(b.tensor(wi, layer));
         plan.jobs.push_back(PackJob{s, oi, layer, plan.total_bytes});
         plan.total_bytes += round_up(bytes, 64);
       }
@@ -401,9 +403,9 @@ const BlockQ8_0* q8_0_rows(const gguf::TensorInfo& t, int64_t row0, int64_t rows
   return buffer.data();
 }
 
-// Checks the scales of every quantized tensor that non-matmul ops read in
-// place (the embedding table), on every load: the pack cache holds only
-// matmul weights, whose rows pack_weights checks.
+// Checks the scales of every quantized tensor that only non-matmul ops read
+// (an untied embedding table), on every load. pack_weights checks the rows
+// of the others as it packs them; a pack cache hit stands for that check.
 void check_kept_tensors(const PackPlan& plan, ThreadPool& pool) {
   constexpr int64_t kCheckRows = 1024;
   struct Piece {
@@ -412,7 +414,7 @@ void check_kept_tensors(const PackPlan& plan, ThreadPool& pool) {
   };
   std::vector<Piece> pieces;
   for (const gguf::TensorInfo* t : plan.kept) {
-    if (t == nullptr || ::lumen::ops::row(dtype_of(*t)).block_elems == 1) continue;
+    if (t == nullptr || plan.packed.count(t) != 0 || ::lumen::ops::row(dtype_of(*t)).block_elems == 1) continue;
     const int64_t rows = static_cast<int64_t>(t->n_elements) / t->ne[0];
     for (int64_t r = 0; r < rows; r += kCheckRows) pieces.push_back(Piece{t, r, std::min(kCheckRows, rows - r)});
   }
@@ -472,11 +474,7 @@ void pack_weights(const CompiledModel& model, const PackPlan& plan, bool release
   };
   auto rows_of = [](const gguf::TensorInfo* t) { return static_cast<int64_t>(t->n_elements) / t->ne[0]; };
   auto src_row_bytes = [](const gguf::TensorInfo* t) { return ::lumen::ops::row_bytes(dtype_of(*t), t->ne[0]); };
-  // Tensors also read in place are checked by check_kept_tensors.
-  auto check = [&](const gguf::TensorInfo* t, int64_t row0, int64_t rows) -> std::optional<std::string> {
-    if (plan.kept.count(t) != 0) return std::nullopt;
-    return check_rows(*t, row0, rows);
-  };
+  auto check = [](const gguf::TensorInfo* t, int64_t row0, int64_t rows) { return check_rows(*t, row0, rows); };
   std::vector<std::optional<std::string>> problems(pieces.size());
   pool.parallel_for(static_cast<int64_t>(pieces.size()), [&](int64_t index, int) {
     const Piece& piece = pieces[static_cast<size_t>(index)];
