@@ -165,7 +165,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{&kW256, "F16"}, Case{&kW256, "BF16"}, Case{&kW256, "Q8_0"}, Case{&kW256, "Q4_0"},
                       Case{&kW256, "Q4_1"}, Case{&kW256, "Q5_0"}, Case{&kW256, "Q5_1"}, Case{&kW256, "Q2_K"},
                       Case{&kW256, "Q3_K_M"}, Case{&kW256, "Q4_K_M"}, Case{&kW256, "Q5_K_M"}, Case{&kW256, "Q6_K"},
-                      Case{&kW256, "IQ4_NL"}, Case{&kW256, "IQ4_XS"}, Case{&kW896, "Q4_K_M"}, Case{&kW896, "Q3_K_M"}),
+                      Case{&kW256, "IQ4_NL"}, Case{&kW256, "IQ4_XS"}, Case{&kW896, "Q4_K_M"}),
     [](const ::testing::TestParamInfo<Case>& info) {
       std::string n = info.param.name();
       std::replace(n.begin(), n.end(), '-', '_');
