@@ -6,7 +6,10 @@
 // evaluated as one batch (logits for the last token only); tg<N> is N
 // single-token evaluations with no prompt; one warm-up run per test; each
 // repetition clears the KV cache; the figure is the mean ± sample standard
-// deviation of the per-repetition tokens/s.
+// deviation of the per-repetition tokens/s. --draft K: verify<K> is N
+// speculative verify passes of one sequence (its pending token and K drafts,
+// every row's logits), each advancing it by one position; its cost is given
+// against a decode step measured right before it (alternated repetitions).
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
@@ -44,6 +47,8 @@ struct Row {
   double bandwidth_gbs = 0;     // measured read bandwidth at this thread count
   double bytes_per_token = 0;   // tg: weight bytes read per token
   double ceiling_ts = 0;        // tg: bandwidth / bytes per token
+  int64_t n_draft = 0;          // verify: drafted tokens per pass
+  double step_ratio = 0;        // verify: a pass's time over a decode step's
   double gops = 0;              // pp: matmul GOP/s
   double int8_peak_gops = 0;    // pp: probed int8 dot-product peak of the target ISA at this thread count
   // Share of the row's own ceiling: tg of the bandwidth roofline, pp of the int8 peak.
@@ -119,6 +124,21 @@ double run_pp(Session& s, const std::vector<int32_t>& tokens) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// n verify passes of 1 + k rows, each keeping one position (all drafts rejected).
+double run_verify(Session& s, std::mt19937& rng, int64_t k, int64_t n) {
+  s.clear();
+  std::uniform_int_distribution<int32_t> dist(0, int32_t(s.n_vocab() - 1));
+  std::vector<int32_t> rows(static_cast<size_t>(1 + k));
+  const auto t0 = Clock::now();
+  for (int64_t i = 0; i < n; ++i) {
+    for (auto& t : rows) t = dist(rng);
+    const lumen::runtime::SeqTokens entry{0, rows, true};
+    s.step(std::span<const lumen::runtime::SeqTokens>(&entry, 1));
+    s.truncate(0, i + 1);
+  }
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
 double run_tg(Session& s, std::mt19937& rng, int64_t n) {
   s.clear();
   std::uniform_int_distribution<int32_t> dist(0, int32_t(s.n_vocab() - 1));
@@ -164,7 +184,7 @@ int main(int argc, char** argv) {
       "compiled model, with the machine's read bandwidth and the roofline beside each row.\n"
       "Example: lumen-bench model.so --gguf model.gguf -p 128,512 -n 128 -t 1,2 -r 5",
       "lumen-bench"};
-  std::string so_path, p_list = "512", n_list = "128", format = "md";
+  std::string so_path, p_list = "512", n_list = "128", d_list = "0", format = "md";
   int reps = 5;
   bool profile = false;
   lumen::cli::SessionFlags flags;
@@ -172,6 +192,8 @@ int main(int argc, char** argv) {
   lumen::cli::add_session_flags(app, flags, {.ctx_and_batch = false, .thread_list = true});
   app.add_option("-p,--n-prompt", p_list, "prompt sizes (comma-separated; 0 to skip)");
   app.add_option("-n,--n-gen", n_list, "generation lengths (comma-separated; 0 to skip)");
+  app.add_option("--draft", d_list,
+                 "verify passes of K drafted tokens to time against a decode step (comma-separated; 0 to skip)");
   app.add_option("-r,--repetitions", reps, "repetitions per test")->check(CLI::Range(1, 1000));
   app.add_option("-o,--output", format, "output format")->check(CLI::IsMember({"md", "json"}));
   app.add_flag("--profile", profile, "after the table, profile one pp and one tg run per op and kernel");
@@ -181,6 +203,7 @@ int main(int argc, char** argv) {
     try {
       const auto prompts = parse_list(p_list, "-p");
       const auto gens = parse_list(n_list, "-n");
+      const auto drafts = parse_list(d_list, "--draft");
       std::vector<int> threads = flags.threads;
 
       const std::string& gguf_path = flags.gguf_path;
@@ -196,8 +219,9 @@ int main(int argc, char** argv) {
       if (threads.empty()) threads.push_back(0);
       for (int t : threads) {
         lumen::runtime::SessionOptions opt = flags.session_options(t);
-        opt.n_batch = max_p;
-        opt.n_ctx = ((max_p + max_n + 31) / 32) * 32;  // as llama-bench: prompt + generation, padded to 32
+        const int64_t max_d = *std::max_element(drafts.begin(), drafts.end());
+        opt.n_batch = std::max(max_p, 1 + max_d);
+        opt.n_ctx = ((max_p + max_n + max_d + 31) / 32) * 32;  // as llama-bench: prompt + generation, padded to 32
         Session s(model, gguf_path, opt);
         const int nt = s.n_threads();
         const double bw = lumen::measure_read_bandwidth(size_t(1) << 30, nt, 5);
@@ -256,6 +280,23 @@ int main(int argc, char** argv) {
           r.ceiling_ts = r.bandwidth_gbs * 1e9 / bpt;
           rows.push_back(r);
         }
+        for (int64_t k : drafts) {
+          if (k == 0 || max_n == 0) continue;
+          Row r;
+          r.test = fmt::format("verify{}", k);
+          r.n_draft = k;
+          r.threads = nt;
+          run_verify(s, rng, k, 1);  // warm-up
+          double ratio_sum = 0;
+          for (int i = 0; i < reps; ++i) {
+            const double step = run_tg(s, rng, max_n), pass = run_verify(s, rng, k, max_n);
+            ratio_sum += pass / step;
+            r.samples_ts.push_back(double(max_n) / pass);
+          }
+          mean_sd(r);
+          r.step_ratio = ratio_sum / reps;
+          rows.push_back(r);
+        }
       }
 
       struct rusage ru {};
@@ -272,12 +313,12 @@ int main(int argc, char** argv) {
               "\"threads\": %d, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"samples_ts\": [%s], "
               "\"bandwidth_gbs\": %.3f, \"bytes_per_token\": %.0f, \"ceiling_ts\": %.4f, \"gops\": %.3f, "
               "\"int8_peak_gops\": %.3f, \"ceiling_pct\": %.2f, \"load_s\": %.3f, \"pack_s\": %.3f, "
-              "\"pack_cache_mapped\": %s, \"peak_rss_mib\": %.1f}%s\n",
+              "\"pack_cache_mapped\": %s, \"peak_rss_mib\": %.1f, \"n_draft\": %lld, \"decode_step_ratio\": %.4f}%s\n",
               model_desc.c_str(), model->target.c_str(), r.test.c_str(), (long long)r.n_prompt, (long long)r.n_gen,
               r.threads, r.mean, r.sd, samples.c_str(), r.bandwidth_gbs, r.bytes_per_token, r.ceiling_ts, r.gops,
               r.int8_peak_gops, r.ceiling_pct(), load_s, pack_s,
               pack_cache.rfind("hit, mapped", 0) == 0 ? "true" : "false", double(ru.ru_maxrss) / 1024.0,
-              i + 1 < rows.size() ? "," : "");
+              (long long)r.n_draft, r.step_ratio, i + 1 < rows.size() ? "," : "");
         }
         std::printf("]\n");
       } else {
@@ -285,7 +326,8 @@ int main(int argc, char** argv) {
         std::printf("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
         for (const Row& r : rows) {
           const std::string roof =
-              r.n_gen ? fmt::format("{:.1f} MB/tok, ceiling {:.2f} t/s, {:.0f}%", r.bytes_per_token / 1e6,
+              r.n_draft ? fmt::format("1 + {} rows per pass: {:.2f}x a decode step", r.n_draft, r.step_ratio)
+              : r.n_gen ? fmt::format("{:.1f} MB/tok, ceiling {:.2f} t/s, {:.0f}%", r.bytes_per_token / 1e6,
                                     r.ceiling_ts, r.ceiling_pct())
                       : fmt::format("{:.1f} GOP/s, int8 peak {:.0f} GOP/s, {:.0f}%", r.gops, r.int8_peak_gops,
                                     r.ceiling_pct());

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cli/command_line.h"
+#include "cli/draft_flags.h"
 #include "cli/model_for_gguf.h"
 #include "cli/sampler_flags.h"
 #include "cli/session_flags.h"
@@ -28,6 +29,7 @@
 #include "lumen/gguf/gguf.h"
 #include "lumen/runtime/compiled_model.h"
 #include "lumen/runtime/session.h"
+#include "lumen/runtime/speculative.h"
 #include "lumen/runtime/thread_pool.h"
 #include "lumen/runtime/sampler.h"
 #include "lumen/text/tokenizer.h"
@@ -43,6 +45,7 @@ struct Options : lumen::cli::SessionFlags {
   std::optional<std::string> prompt, prompt_file, tokenize_text, system, dump_logits, chat_template;
   int64_t n_predict = 128;
   lumen::SamplerParams sampling;
+  lumen::runtime::DraftParams draft;
   std::vector<std::string> stops;
   bool chat = false, interactive = false, profile = false;
 };
@@ -62,14 +65,15 @@ std::string read_text_file(const std::string& path) {
 
 // Counters for the stats line.
 struct Stats {
-  int64_t prompt_tokens = 0, generated_tokens = 0, decode_evals = 0;
+  int64_t prompt_tokens = 0, generated_tokens = 0;
+  int64_t decode_rows = 0;  // logits rows sampled after the prompt's (one per plain decode step)
   double prefill_seconds = 0, decode_seconds = 0;
 };
 
 class Runner {
  public:
   Runner(const Options& o, lumen::runtime::Session& session, const lumen::Tokenizer& tok)
-      : o_(o), session_(session), tok_(tok), sampler_(o.sampling) {}
+      : o_(o), session_(session), tok_(tok), sampler_(o.sampling), drafter_(o.draft) {}
 
   // Evaluates the tokens (as a prefill) and generates up to n_predict tokens,
   // streaming text. Returns the generated text (without any stop string).
@@ -90,34 +94,49 @@ class Runner {
     for (int32_t t : tokens) sampler_.accept(t);
     if (dump_logits) write_logits(logits);
 
+    for (int32_t t : tokens) history_.push_back(t);
+
     lumen::TextStreamer streamer(o_.stops);
     std::string reply;
-    for (int64_t i = 0; i < o_.n_predict; ++i) {
-      const int32_t next = sampler_.sample(logits);
+    int64_t produced = 0;
+    bool evaluate_last = false;  // the turn ended at -n: the reply's last token still needs its position
+    // Samples one row of logits as a plain decode step; the token, or -1 when the turn ends with it.
+    // `position` is the context's as plain decoding has it (speculative.h).
+    auto emit = [&](std::span<const float> row, int64_t position) -> int32_t {
+      const int32_t next = sampler_.sample(row);
       sampler_.accept(next);
-      if (tok_.is_eog(next)) break;
+      if (tok_.is_eog(next)) return -1;
       ++stats_.generated_tokens;
+      history_.push_back(next);
       std::string text = streamer.push(tok_.token_text(next));
       reply += text;
       std::fwrite(text.data(), 1, text.size(), stdout);
       std::fflush(stdout);
-      if (streamer.stopped()) break;
-      if (i + 1 == o_.n_predict) {
-        // A conversation keeps the reply in the context: the last token was
-        // sampled but not evaluated, and the next turn starts after it.
-        if (o_.interactive && session_.position() < session_.n_ctx())
-          (void)session_.eval(std::span<const int32_t>(&next, 1));
-        break;
+      if (streamer.stopped()) return -1;
+      if (++produced == o_.n_predict) {
+        evaluate_last = true;
+        return -1;
       }
-      if (session_.position() >= session_.n_ctx()) {
+      if (position >= session_.n_ctx()) {
         std::fprintf(stderr, "lumen-run: context full, generation stopped\n");
-        break;
+        return -1;
       }
+      return next;
+    };
+    int32_t pending = o_.n_predict > 0 ? emit(logits, session_.position()) : -1;
+    while (pending >= 0) {
+      int32_t next = -1;
       auto t1 = Clock::now();
-      logits = session_.eval(std::span<const int32_t>(&next, 1));
+      stats_.decode_rows += lumen::runtime::decode_step(
+          session_, 0, pending, history_, drafter_, o_.n_predict - produced - 1,
+          [&](int64_t position, std::span<const float> row) { return next = emit(row, position); });
       stats_.decode_seconds += std::chrono::duration<double>(Clock::now() - t1).count();
-      ++stats_.decode_evals;
+      pending = next;
     }
+    // A conversation keeps the reply in the context: its last token was
+    // sampled but not evaluated, and the next turn starts after it.
+    if (evaluate_last && o_.interactive && session_.position() < session_.n_ctx())
+      (void)session_.eval(std::span<const int32_t>(&history_.back(), 1));
     std::string rest = streamer.finish();
     reply += rest;
     std::fwrite(rest.data(), 1, rest.size(), stdout);
@@ -127,6 +146,7 @@ class Runner {
 
   const Stats& stats() const { return stats_; }
   const lumen::Sampler& sampler() const { return sampler_; }
+  const lumen::runtime::DraftStats& draft_stats() const { return drafter_.stats(); }
 
  private:
   void write_logits(std::span<const float> logits) {
@@ -139,6 +159,8 @@ class Runner {
   lumen::runtime::Session& session_;
   const lumen::Tokenizer& tok_;
   lumen::Sampler sampler_;
+  lumen::runtime::Drafter drafter_;
+  std::vector<int32_t> history_;  // every token of the context: prompt lookup drafts from it
   Stats stats_;
 };
 
@@ -256,7 +278,14 @@ int run(const Options& o) {
                model->target.c_str(), runner.sampler().seed(), static_cast<long long>(st.prompt_tokens),
                st.prefill_seconds > 0 ? static_cast<double>(st.prompt_tokens) / st.prefill_seconds : 0.0,
                static_cast<long long>(st.generated_tokens),
-               st.decode_seconds > 0 ? static_cast<double>(st.decode_evals) / st.decode_seconds : 0.0);
+               st.decode_seconds > 0 ? static_cast<double>(st.decode_rows) / st.decode_seconds : 0.0);
+  if (o.draft.n_max > 0) {
+    const lumen::runtime::DraftStats& ds = runner.draft_stats();
+    std::fprintf(stderr, "lumen-run: drafted %lld tokens in %lld passes, accepted %lld (%.1f%%)\n",
+                 static_cast<long long>(ds.drafted), static_cast<long long>(ds.passes),
+                 static_cast<long long>(ds.accepted),
+                 ds.drafted > 0 ? 100.0 * static_cast<double>(ds.accepted) / static_cast<double>(ds.drafted) : 0.0);
+  }
   if (o.profile) std::fprintf(stderr, "%s", session.profile_report().c_str());
   return 0;
 }
@@ -280,6 +309,7 @@ int main(int argc, char** argv) {
   app.add_option("-n,--n-predict", o.n_predict, "tokens to generate (default " + std::to_string(o.n_predict) + ")")
       ->check(CLI::Range(int64_t{0}, lumen::kMaxTokensToPredict));
   lumen::cli::add_sampler_flags(app, o.sampling);
+  lumen::cli::add_draft_flags(app, o.draft);
   app.add_option("--stop", o.stops, "stop when the output contains this string (repeatable)");
   app.add_flag("--chat", o.chat, "wrap the prompt in the GGUF's chat template (tokenizer.chat_template)");
   app.add_option("--chat-template", o.chat_template, "Jinja chat template file to use instead of the GGUF's");

@@ -249,6 +249,8 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view text, const Tokeniz
   }
   g.sampling.logit_bias = logit_bias_field(body, tokenizer);
   g.ignore_eos = boolean(body, "ignore_eos", false);
+  g.draft.n_max = integer(body, "speculative.n_max", g.draft.n_max, 0, runtime::kMaxDraftTokens);
+  g.draft.n_min = integer(body, "speculative.n_min", g.draft.n_min, 0, runtime::kMaxDraftTokens);
   parse_constraints(body, g);
   if (auto schema = json_schema_constraint(text, body)) {
     if (g.grammar) bad("a JSON Schema and 'grammar' or response_format json_object cannot both constrain the output");

@@ -90,6 +90,9 @@ struct Scheduler::Sequence {
   Sampler sampler;
   TextStreamer streamer;
   std::vector<int32_t> output;  // generated tokens (what the KV holds after the prompt)
+  std::vector<int32_t> history;  // the prompt, then the output: what prompt lookup drafts from
+  runtime::Drafter drafter;
+  std::vector<int32_t> verify;   // this step's rows: the pending token, then its drafts
   std::vector<TokenLogprob> prompt_logprobs;
   // An embedding request's hidden states so far. It needs the state of every
   // prompt position (mean, cls), so its prompt is always prefilled whole.
@@ -106,7 +109,9 @@ struct Scheduler::Sequence {
         choice(c),
         waiting(c > 0),
         sampler(choice_sampling(request->params().sampling, c)),
-        streamer(request->params().stops) {
+        streamer(request->params().stops),
+        history(request->params().prompt),
+        drafter(request->params().draft) {
     if (request->params().pooling) pooler.emplace(*request->params().pooling, n_embd);
     // As lumen-run: the prompt is part of the penalties' history.
     for (int32_t t : request->params().prompt) sampler.accept(t);
@@ -287,11 +292,11 @@ void Scheduler::start_choices(Sequence& primary, std::span<const float> logits, 
     if (p.max_tokens <= 0)
       finish(*seq, "length");
     else
-      emit(*seq, logits, generated);
+      emit(*seq, logits, generated, session_.position(seq->slot));
   }
 }
 
-void Scheduler::emit(Sequence& seq, std::span<const float> logits, int64_t& generated) {
+void Scheduler::emit(Sequence& seq, std::span<const float> logits, int64_t& generated, int64_t position) {
   const GenerationParams& p = seq.params();
   std::span<const float> choices = logits;
   if (seq.matcher) {
@@ -339,15 +344,35 @@ void Scheduler::emit(Sequence& seq, std::span<const float> logits, int64_t& gene
     ev.text = seq.streamer.push(tokenizer_.token_text(id, shown));
   }
   seq.output.push_back(id);
+  seq.history.push_back(id);
   ++seq.generated;
   ++generated;
   seq.request->post(std::move(ev));
   if (seq.stopped() || (seq.matcher && seq.matcher->accepting() && !seq.matcher->can_continue()))
     finish(seq, "stop");
-  else if (seq.generated >= p.max_tokens || session_.position(seq.slot) >= session_.n_ctx())
+  else if (seq.generated >= p.max_tokens || position >= session_.n_ctx())
     finish(seq, "length");
   else
     seq.pending = id;
+}
+
+// Row i of the sequence's verify pass is sampled as its decode step would be
+// (emit: the grammar's mask, the sampler, stop strings, max_tokens, the
+// context's end, at the position i + 1 plain steps would leave), while the
+// emitted token is the draft of that row; the slot then keeps what was kept.
+int64_t Scheduler::verify(Sequence& seq, size_t entry, int64_t pos0, int64_t& generated) {
+  const std::span<const int32_t> draft = std::span<const int32_t>(seq.verify).subspan(1);
+  if (draft.empty()) {
+    emit(seq, session_.step_logits(entry), generated, pos0 + 1);
+    return 0;
+  }
+  const int64_t kept = runtime::accept_draft(draft, [&](int64_t i) {
+    emit(seq, session_.step_logits(entry, i), generated, pos0 + 1 + i);
+    return seq.done ? -1 : seq.pending;
+  });
+  session_.truncate(seq.slot, pos0 + 1 + kept);
+  seq.drafter.record(static_cast<int64_t>(draft.size()), kept);
+  return kept;
 }
 
 void Scheduler::finish(Sequence& seq, const std::string& reason, std::string text, std::vector<float> embedding) {
@@ -378,24 +403,46 @@ bool Scheduler::step() {
   }
   if (active.empty()) return false;
 
-  // Generating sequences first (one token each), then prompt chunks, oldest first.
+  // Generating sequences first (their pending token, and drafts when the
+  // step has room), then prompt chunks, oldest first.
   struct Entry {
     Sequence* seq;
     bool decode;
     size_t count;
+    int64_t pos0 = 0;  // decode: the slot's position before the step
   };
   std::vector<Entry> entries;
   std::vector<runtime::SeqTokens> batch;
+  std::vector<Sequence*> decoding, prefilling;
+  for (Sequence* seq : active) {
+    if (seq->pending >= 0)
+      decoding.push_back(seq);
+    else if (!seq->waiting)
+      prefilling.push_back(seq);
+  }
+  // Drafts only where they are cheap: no prompt chunk in the step and at most
+  // the batch kernels' rows in all (a prefill pass costs more per row than a
+  // draft saves). Among the drafting sequences, oldest first.
+  const int64_t pass_rows = std::min(program::KernelId::kBatchMaxTokens, session_.n_batch());
+  int64_t draft_room = prefilling.empty() ? pass_rows - static_cast<int64_t>(decoding.size()) : 0;
+  std::vector<Sequence*> by_age = decoding;
+  std::sort(by_age.begin(), by_age.end(),
+            [](const Sequence* a, const Sequence* b) { return a->request->id() < b->request->id(); });
+  for (Sequence* seq : by_age) {
+    seq->verify.assign(1, seq->pending);
+    if (draft_room <= 0) continue;
+    const int64_t limit = std::min({draft_room, seq->params().max_tokens - seq->generated - 1,
+                                    session_.n_ctx() - session_.position(seq->slot) - 1});
+    const std::vector<int32_t> draft = seq->drafter.draft(seq->history, limit);
+    seq->verify.insert(seq->verify.end(), draft.begin(), draft.end());
+    draft_room -= static_cast<int64_t>(draft.size());
+  }
   int64_t budget = session_.n_batch();
-  for (Sequence* seq : active)
-    if (seq->pending >= 0) {
-      entries.push_back({seq, true, 1});
-      batch.push_back({seq->slot, std::span<const int32_t>(&seq->pending, 1), false});
-      --budget;
-    }
-  std::vector<Sequence*> prefilling;
-  for (Sequence* seq : active)
-    if (seq->pending < 0 && !seq->waiting) prefilling.push_back(seq);
+  for (Sequence* seq : decoding) {
+    entries.push_back({seq, true, seq->verify.size(), session_.position(seq->slot)});
+    batch.push_back({seq->slot, seq->verify, seq->verify.size() > 1});
+    budget -= static_cast<int64_t>(seq->verify.size());
+  }
   std::sort(prefilling.begin(), prefilling.end(),
             [](const Sequence* a, const Sequence* b) { return a->request->id() < b->request->id(); });
   for (Sequence* seq : prefilling) {
@@ -421,11 +468,13 @@ bool Scheduler::step() {
     LUMEN_INTERNAL_ERROR(std::string("scheduler step refused: ") + e.what());
   }
 
-  int64_t generated = 0;
+  int64_t generated = 0, drafted = 0, accepted = 0;
+  for (const Entry& e : entries)
+    if (e.decode && e.count > 1) drafted += static_cast<int64_t>(e.count) - 1;
   for (size_t i = 0; i < entries.size(); ++i) {
     Sequence& seq = *entries[i].seq;
     if (entries[i].decode) {
-      emit(seq, session_.step_logits(i), generated);
+      accepted += verify(seq, i, entries[i].pos0, generated);
       continue;
     }
     const GenerationParams& p = seq.params();
@@ -461,6 +510,8 @@ bool Scheduler::step() {
     if (seq && seq->done) release_locked(seq);
   stats_.active = static_cast<int64_t>(std::count_if(slots_.begin(), slots_.end(), [](const auto& s) { return s != nullptr; }));
   stats_.generated_tokens += static_cast<uint64_t>(generated);
+  stats_.drafted_tokens += static_cast<uint64_t>(drafted);
+  stats_.accepted_tokens += static_cast<uint64_t>(accepted);
   ++stats_.steps;
   stats_.last_batch_rows = rows;
   stats_.last_batch_sequences = static_cast<int64_t>(batch.size());

@@ -80,6 +80,9 @@ const std::map<std::string, json> kAcceptedExamples = {
     {"prompt_cache_key", {{"prompt_cache_key", "conversation-7"}}},
     {"prediction", {{"prediction", {{"type", "content"}, {"content", "Hello"}}}}},
     {"ignore_eos", {{"ignore_eos", true}}},
+    {"speculative.n_max", {{"speculative.n_max", 4}}},
+    {"speculative.n_min", {{"speculative.n_min", 2}}},
+    {"speculative.p_min", {{"speculative.p_min", 0.5}}},
     {"cache_prompt", {{"cache_prompt", false}}},
     {"id_slot", {{"id_slot", 1}}},
     {"n_keep", {{"n_keep", -1}}},
@@ -172,7 +175,9 @@ TEST_F(ApiFields, EachStatusDoesWhatItSays) {
       const std::string name(f.name);
       SCOPED_TRACE(name + (endpoint == Endpoint::Chat ? " (chat)" : " (completions)"));
       json body = base(endpoint);
-      const size_t dot = name.find('.');
+      // llama-server's speculative.* are top-level keys with a dot in them;
+      // other dotted names are keys of a listed parent object.
+      const size_t dot = find(name.substr(0, name.find('.'))) != nullptr ? name.find('.') : std::string::npos;
       // A value for the field, at its place (top level or inside its parent).
       auto with = [&](const json& value) {
         json b = body;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../runtime/runtime_support.h"
+#include "lumen/grammar/grammar.h"
 #include "lumen/runtime/session.h"
 #include "lumen/server/scheduler.h"
 #include "lumen/text/tokenizer.h"
@@ -266,6 +267,68 @@ void expect_same(const Outcome& got, const Outcome& want, const std::string& wha
   EXPECT_EQ(got.logprobs, want.logprobs) << what;  // bitwise: doubles compared exactly
   EXPECT_EQ(got.text, want.text) << what;
   EXPECT_EQ(got.finish_reason, want.finish_reason) << what;
+}
+
+// Speculative decoding (prompt lookup) changes nothing a client sees: the same
+// tokens, log-probabilities, text and finish reason with drafting off, on,
+// and on among three other drafting requests; greedy and seeded, ended by
+// max_tokens, by a stop string inside a verified draft, and under a grammar
+// (its mask applied per verified row).
+TEST_F(SchedulerTest, DraftingChangesNoOutputAloneOrAmongOthers) {
+  make(4);
+  // The prompt, its greedy continuation and the prompt again: drafts that the
+  // model accepts (it repeats itself), and later ones it rejects.
+  GenerationParams base = greedy("The quick brown fox jumps over the lazy dog. The quick brown fox", 12);
+  base.draft.n_max = 0;
+  const Outcome first = finish({scheduler_->submit(base)})[0];
+  const std::vector<int32_t> head = base.prompt;
+  base.prompt.insert(base.prompt.end(), first.tokens.begin(), first.tokens.end());
+  base.prompt.insert(base.prompt.end(), head.begin(), head.end());
+  base.max_tokens = 24;
+  std::vector<GenerationParams> cases;
+  cases.push_back(base);
+  GenerationParams seeded = base;
+  seeded.sampling.temp = 0.8f;
+  seeded.sampling.top_p = 0.9f;
+  seeded.sampling.seed = 99;
+  cases.push_back(seeded);
+  GenerationParams constrained = base;
+  constrained.grammar = grammar::Grammar::parse("root ::= [^x]{1,20}");
+  cases.push_back(constrained);
+  for (size_t c = 0; c < cases.size(); ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    GenerationParams off = cases[c];
+    const Outcome plain = finish({scheduler_->submit(off)})[0];
+    ASSERT_GE(plain.tokens.size(), 4u);
+    std::vector<GenerationParams> variants;
+    GenerationParams on = off;
+    on.draft.n_max = 7;
+    variants.push_back(on);
+    GenerationParams short_one = on;  // max_tokens ends inside a pass
+    short_one.max_tokens = 3;
+    variants.push_back(short_one);
+    GenerationParams stopped = on;  // a stop string inside a verified draft
+    stopped.stops = {tokenizer_->token_text(plain.tokens[2])};
+    variants.push_back(stopped);
+    for (size_t v = 0; v < variants.size(); ++v) {
+      SCOPED_TRACE("variant " + std::to_string(v));
+      GenerationParams reference = variants[v];
+      reference.draft.n_max = 0;
+      const Outcome want = finish({scheduler_->submit(reference)})[0];
+      expect_same(finish({scheduler_->submit(variants[v])})[0], want, "alone");
+      const uint64_t drafted = scheduler_->stats().drafted_tokens;
+      std::vector<std::shared_ptr<Request>> mixed;
+      for (size_t o = 1; o < 4; ++o) {
+        GenerationParams other = greedy(kPrompts[o] + std::string(" ") + kPrompts[o], 10);
+        other.draft.n_max = 7;
+        mixed.push_back(scheduler_->submit(other));
+      }
+      mixed.push_back(scheduler_->submit(variants[v]));
+      expect_same(finish(mixed).back(), want, "among three others");
+      EXPECT_GT(scheduler_->stats().drafted_tokens, drafted);  // the others' drafts were in its passes
+    }
+  }
+  EXPECT_GT(scheduler_->stats().accepted_tokens, 0u);
 }
 
 // The same request cold, warm in its slot, warm from the RAM store and warm

@@ -28,6 +28,7 @@
 #include "lumen/grammar/grammar.h"
 #include "lumen/runtime/sampler.h"
 #include "lumen/runtime/session.h"
+#include "lumen/runtime/speculative.h"
 #include "lumen/text/tokenizer.h"
 
 namespace lumen::server {
@@ -54,6 +55,11 @@ struct GenerationParams {
   // Control tokens whose text the reply shows (a tool-call syntax's markers,
   // such as Mistral's [TOOL_CALLS]); other control tokens show as nothing.
   std::vector<int32_t> shown_control;
+  // Prompt-lookup drafting (llama-server's speculative.n_max / n_min). It
+  // never changes the output; it runs only in steps without prompt chunks
+  // whose rows stay within the batch kernels (see Scheduler::step).
+  // The initializer is the server's default (the API's when a request omits the fields).
+  runtime::DraftParams draft{0, 1, 3};
 };
 
 // A token with its log-probability under the model (log-softmax of the raw
@@ -115,6 +121,7 @@ struct SchedulerStats {
   uint64_t prefix_hits = 0, prefix_misses = 0, prefix_reused_tokens = 0;
   uint64_t prefix_store_bytes = 0, prefix_store_entries = 0;
   uint64_t constrained = 0;  // requests with a grammar
+  uint64_t drafted_tokens = 0, accepted_tokens = 0;  // speculative decoding: drafted, and kept
   int64_t queued = 0, active = 0;
   int64_t last_batch_rows = 0, last_batch_sequences = 0;
   double tokens_per_second = 0;  // generated, over the last 10 s
@@ -174,7 +181,12 @@ class Scheduler {
   // copy, and every choice samples its first token from the same logits.
   void start_choices(Sequence& primary, std::span<const float> logits, int64_t& generated);
   void finish(Sequence& seq, const std::string& reason, std::string text = {}, std::vector<float> embedding = {});
-  void emit(Sequence& seq, std::span<const float> logits, int64_t& generated);
+  // Samples the sequence's next token from `logits`; `position` is its slot's
+  // position as plain decoding has it (the end-of-context check).
+  void emit(Sequence& seq, std::span<const float> logits, int64_t& generated, int64_t position);
+  // Emits the rows of a decode entry's verify pass (its drafts kept while the
+  // sampler reproduces them) and rolls its slot back; the drafts kept.
+  int64_t verify(Sequence& seq, size_t entry, int64_t pos0, int64_t& generated);
 
   runtime::Session& session_;
   const Tokenizer& tokenizer_;
