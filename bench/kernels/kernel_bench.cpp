@@ -1,7 +1,10 @@
 // Kernel benchmark: GEMV GB/s (weights streamed from memory, never from
 // cache), GEMM GOP/s and per-token cost relative to the GEMV, at the
 // Qwen2.5-0.5B matmul shapes, with 1 and 2 threads splitting rows as the
-// runtime does; the measured read bandwidth is printed beside them.
+// runtime does; the measured read bandwidth is printed beside them. With
+// --format q4_0|q5_0 the GEMV streams that packed format, and the GEMM columns
+// run the Q8_0 GEMM on the rows converted from it, with the conversion's
+// share of the prefill time.
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
@@ -29,6 +32,7 @@
 #include "lumen/target/packed_kquant.h"
 #include "lumen/target/page_buffer.h"
 #include "lumen/quant/blocks.h"
+#include "lumen/target/weight_formats.h"
 
 namespace {
 
@@ -105,7 +109,7 @@ struct Weights {
   int64_t stride = 0;  // bytes from one copy to the next
   const uint8_t* copy(int64_t i) const { return pages.data() + (i % copies) * stride; }
   int64_t bytes = 0;  // one copy
-  int64_t group_bytes = 0;  // one packed 16-row group
+  int64_t group_bytes = 0;  // one packed 16-row group (one 32-block or k-quant super-block column)
   double pack_gbs = 0;  // load-time repack speed, best copy
 };
 
@@ -146,27 +150,55 @@ Weights make_kquant_weights(ops::DType t, const Shape& s, int64_t min_total_byte
   return w;
 }
 
-Weights make_weights(Isa isa, const Shape& s, int64_t min_total_bytes) {
+// Packs random rows of GGUF `format` blocks (Q4_0, Q5_0): gate and up
+// alternating per group for SiluMul.
+void pack_4bit(ops::DType format, const std::vector<uint8_t>& src, const Shape& s, uint8_t* packed) {
+  const int64_t mult = s.epilogue == Epilogue::SiluMul ? 2 : 1, groups = (s.m + 15) / 16;
+  const int64_t row_bytes = ops::row_bytes(format, s.k);
+  for (int64_t part = 0; part < mult; ++part) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const uint8_t* rows = src.data() + (part * s.m + g * 16) * row_bytes;
+      const int64_t n = std::min<int64_t>(16, s.m - g * 16);
+      if (format == ops::DType::Q4_0) {
+        pack_q4_0(reinterpret_cast<const quant::BlockQ4_0*>(rows), n, s.k, packed, mult * g + part);
+      } else {
+        pack_q5_0(reinterpret_cast<const quant::BlockQ5_0*>(rows), n, s.k, packed, mult * g + part);
+      }
+    }
+  }
+}
+
+Weights make_weights(Isa isa, const Shape& s, int64_t min_total_bytes, ops::DType format = ops::DType::Q8_0) {
   const int64_t rows = s.epilogue == Epilogue::SiluMul ? 2 * s.m : s.m;
   std::mt19937 rng(1);
-  std::vector<BlockQ8_0> src(rows * s.k / 32);
+  std::vector<BlockQ8_0> src(format == ops::DType::Q8_0 ? rows * s.k / 32 : 0);
   for (auto& b : src) {
     b.d = f32_to_f16(0.001f);
     for (auto& q : b.qs) q = int8_t(int(rng() % 255) - 127);
   }
+  std::vector<uint8_t> src_4bit(format == ops::DType::Q8_0 ? 0 : size_t(rows * ops::row_bytes(format, s.k)));
+  for (size_t i = 0; i < src_4bit.size(); ++i) src_4bit[i] = uint8_t(rng());
+  for (size_t i = 0; i < src_4bit.size(); i += size_t(ops::row(format).block_bytes)) {
+    const uint16_t d = f32_to_f16(0.001f);
+    std::memcpy(&src_4bit[i], &d, 2);
+  }
   Weights w;
-  w.bytes = packed_bytes(isa, rows, s.k);
-  w.group_bytes = s.k / 32 * kPackedBlockBytes;
+  w.block_bytes = packed_block_bytes(format);
+  w.group_bytes = s.k / 32 * w.block_bytes;
+  w.bytes = format == ops::DType::Q8_0 ? packed_bytes(isa, rows, s.k) : packed_bytes(format, rows, s.k);
   w.copies = std::max<int64_t>(1, (min_total_bytes + w.bytes - 1) / w.bytes);
   w.stride = (w.bytes + 4095) / 4096 * 4096;
   w.pages = PageBuffer(static_cast<size_t>(w.copies * w.stride), PageBuffer::Pages::Huge);
   for (int64_t c = 0; c < w.copies; ++c) {
     // Every copy different, so no page of one can stand in for another.
     for (size_t i = 0; i < src.size(); i += 4096 / sizeof(BlockQ8_0)) src[i].qs[0] = int8_t(rng() % 255 - 127);
+    for (size_t i = 2; i < src_4bit.size(); i += 4096) src_4bit[i] = uint8_t(rng());
     uint8_t* packed = w.pages.data() + c * w.stride;
     std::memset(packed, 0, static_cast<size_t>(w.bytes));  // page faults are not packing time
     const auto t0 = std::chrono::steady_clock::now();
-    if (s.epilogue == Epilogue::SiluMul) {
+    if (format != ops::DType::Q8_0) {
+      pack_4bit(format, src_4bit, s, packed);
+    } else if (s.epilogue == Epilogue::SiluMul) {
       pack_q8_0_gate_up(isa, src.data(), src.data() + s.m * s.k / 32, s.m, s.k, packed);
     } else {
       pack_q8_0(isa, src.data(), rows, s.k, packed, 0);
@@ -291,6 +323,7 @@ int main(int argc, char** argv) {
   double window_ms = 20;
   std::string sweep;
   int64_t cold_bytes = int64_t(512) << 20;
+  std::string format_name = "q8_0";
   app.add_option("--isa", isa_name, "avx512-vnni, avx512, avx-vnni or avx2 (default: best for this CPU)");
   app.add_option("--threads", thread_counts, "thread counts to run")->delimiter(',');
   app.add_option("--tile", gemm_tile, "GEMM register tile, m<M>n<N> (default: the schedule pass's for the ISA)");
@@ -300,12 +333,13 @@ int main(int argc, char** argv) {
   app.add_option("--window-ms", window_ms, "length of one timed sample (best of 10 is reported)")
       ->check(CLI::Range(0.01, 10000.0));
   app.add_option("--cold-bytes", cold_bytes, "weight bytes cycled through per shape (beyond the caches)");
+  app.add_option("--format", format_name,
+                 "packed weight format: q8_0, q4_0 or q5_0 (the table only); q4_k, q5_k or q6_k (GEMV and batch "
+                 "kernels, K = 4864)");
   std::string only;
   app.add_option("--shape", only, "run only shapes whose name contains this");
   app.add_option("--sweep", sweep, "gemv: sweep prefetch distance and groups; gemm: sweep tiles (down shape)");
   bool small_n = false;
-  std::string format = "q8_0";
-  app.add_option("--format", format, "weight type: q8_0 (default), q4_k, q5_k or q6_k (GEMV and batch kernels, K = 4864)");
   app.add_flag("--cpu-time", g_cpu_time, "time samples in thread CPU time (1 thread only; for loaded hosts)");
   app.add_flag("--small-n", small_n,
                "instead of the table: GEMM at N = 2, 4, 8, 16 (the --tile kernel and m16n8) against the GEMV, "
@@ -346,6 +380,15 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "lumen-bench-kernels: --cpu-time needs --threads 1\n");
     return 1;
   }
+  const std::optional<ops::DType> format = ops::parse_dtype(format_name);
+  if (!format || !is_packed_format(*format)) {
+    fmt::print(stderr, "lumen-bench-kernels: unknown --format '{}' (q8_0, q4_0, q5_0, q4_k, q5_k, q6_k)\n", format_name);
+    return 1;
+  }
+  if (*format != ops::DType::Q8_0 && (small_n || !sweep.empty())) {
+    fmt::print(stderr, "lumen-bench-kernels: --format {} runs the table only\n", format_name);
+    return 1;
+  }
   if (tokens_per_task < 1 || cold_bytes < 1) {
     fmt::print(stderr, "lumen-bench-kernels: --tokens-per-task and --cold-bytes must be positive\n");
     return 1;
@@ -362,14 +405,10 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  const ops::DType weight_type = ops::parse_dtype(format).value_or(ops::DType::F32);
+  const ops::DType weight_type = *format;
   const bool kquant = has_packed_kquant(weight_type);
-  if (weight_type != ops::DType::Q8_0 && !kquant) {
-    fmt::print(stderr, "lumen-bench-kernels: unknown --format '{}' (q8_0, q4_k, q5_k, q6_k)\n", format);
-    return 1;
-  }
   auto tile_name = [](const KernelId& k) { return fmt::format("m{}n{}", k.tile_m, k.tile_n); };
-  fmt::print("cpu: {}\nisa: {}\nformat: {}\n", cpu_feature_names(cpu_features()), to_string(isa), format);
+  fmt::print("cpu: {}\nisa: {}\nformat: {}\n", cpu_feature_names(cpu_features()), to_string(isa), format_name);
 
   const Shape shapes[] = {
       {"qkv 896x1152", 1152, 896, Epilogue::Bias},
@@ -459,11 +498,17 @@ int main(int argc, char** argv) {
       }
       continue;
     }
-    fmt::print("{:<18} {:>9} {:>8} {:>6} | {:>9} {:>8} {:>7} | {:>9} {:>8} {:>7}\n", "shape", "gemv us", "GB/s",
-               "%bw", "n32 us/t", "GOP/s", "vs gemv", "n512 us/t", "GOP/s", "vs gemv");
+    const bool converts = *format != ops::DType::Q8_0;
+    fmt::print("{:<18} {:>9} {:>8} {:>6} | {:>9} {:>8} {:>7}{} | {:>9} {:>8} {:>7}{}\n", "shape", "gemv us", "GB/s",
+               "%bw", "n32 us/t", "GOP/s", "vs gemv", converts ? "   conv" : "", "n512 us/t", "GOP/s", "vs gemv",
+               converts ? "   conv" : "");
     for (const Shape& s : shapes) {
       if (std::string(s.name).find(only) == std::string::npos) continue;
-      const Weights w = make_weights(isa, s, cold_bytes);
+      // The GEMV streams `format` (cold). The GEMM of a converted format reads
+      // the rows a task converted into its scratch, which stays in cache: one
+      // Q8_0 copy stands in for it.
+      const Weights native = converts ? make_weights(isa, s, cold_bytes, *format) : Weights{};
+      const Weights w = make_weights(isa, s, converts ? 1 : cold_bytes);
       if (threads == thread_counts.front()) {
         fmt::print("{:<18} repack at load: {:.2f} GB/s, {:.1f} ms for {:.1f} MB, no extra memory\n", s.name,
                    w.pack_gbs, double(w.bytes) / w.pack_gbs / 1e6, double(w.bytes) / 1e6);
@@ -471,27 +516,59 @@ int main(int argc, char** argv) {
       const int64_t max_n = 512;
       const std::vector<ActBlock> x = make_acts(max_n, s.k);
       std::vector<float> y(max_n * s.m, 0.0f), bias(s.m, 0.5f);
-      const KernelId gemv = KernelId::gemv(s.epilogue);
+      const KernelId gemv = KernelId::gemv(s.epilogue, *format);
       KernelShape gemv_shape = codegen::kernel_shape(isa, gemv);
       if (prefetch >= 0) gemv_shape.prefetch_bytes = prefetch;
       JitKernel gemv_kernel(codegen::generate_matmul_kernel(isa, gemv, gemv_shape));
-      const double t_gemv = time_matmul(pool, gemv_kernel.fn(), w, s, x, y, bias, 1, 1, window);
-      const double gbs = double(w.bytes) / t_gemv / 1e9;
+      const Weights& streamed = converts ? native : w;
+      const double t_gemv = time_matmul(pool, gemv_kernel.fn(), streamed, s, x, y, bias, 1, 1, window);
+      const double gbs = double(streamed.bytes) / t_gemv / 1e9;
+      if (converts && threads == thread_counts.front()) {
+        fmt::print("{:<18} {} repack at load: {:.2f} GB/s, {:.1f} MB\n", s.name, format_name, native.pack_gbs,
+                   double(native.bytes) / 1e6);
+      }
+      // Prefill of a converted format: each thread converts its rows, one
+      // 96-row task at a time (the m48n4 tile's multiple), into a scratch
+      // that stays in L2, from the cold native copy; once per token task.
+      double t_convert = 0;
+      if (converts) {
+        const int64_t kb = s.k / 32, mult = s.epilogue == Epilogue::SiluMul ? 2 : 1, groups = (s.m + 15) / 16;
+        const int64_t task_groups = 6 * mult;
+        std::vector<std::vector<uint8_t>> scratch(size_t(pool.threads()),
+                                                  std::vector<uint8_t>(size_t(task_groups * kb * kPackedBlockBytes)));
+        t_convert = time_calls(
+            [&](int64_t rep) {
+              const uint8_t* base = native.copy(rep);
+              pool.run([&](int id) {
+                const int64_t g0 = groups * id / pool.threads(), g1 = groups * (id + 1) / pool.threads();
+                for (int64_t g = g0 * mult; g < g1 * mult; g += task_groups) {
+                  convert_packed_to_q8_0(*format, isa, base + g * kb * native.block_bytes,
+                                         std::min(task_groups, g1 * mult - g), kb, scratch[size_t(id)].data());
+                }
+              });
+            },
+            window);
+      }
       const KernelId gemm = gemm_id(s.epilogue).value();
       KernelShape gemm_shape = codegen::kernel_shape(isa, gemm);
       if (gemm_prefetch >= 0) gemm_shape.prefetch_bytes = gemm_prefetch;
       JitKernel gemm_kernel(codegen::generate_matmul_kernel(isa, gemm, gemm_shape));
       const double macs_per_token = double(s.m) * double(s.k) * (s.epilogue == Epilogue::SiluMul ? 2 : 1);
-      double per_token[2], gops[2];
+      double per_token[2], gops[2], conv_share[2];
       const int64_t ns[2] = {32, 512};
       for (int i = 0; i < 2; ++i) {
-        const double t = time_matmul(pool, gemm_kernel.fn(), w, s, x, y, bias, ns[i], tokens_per_task, window);
+        double t = time_matmul(pool, gemm_kernel.fn(), w, s, x, y, bias, ns[i], tokens_per_task, window);
+        // The runtime's prefill token tasks (256 tokens): one conversion each.
+        const double conv = t_convert * double((ns[i] + 255) / 256);
+        conv_share[i] = conv / (conv + t);
+        t += conv;
         per_token[i] = t / double(ns[i]);
         gops[i] = 2 * macs_per_token * double(ns[i]) / t / 1e9;
       }
-      fmt::print("{:<18} {:>9.1f} {:>8.1f} {:>5.0f}% | {:>9.2f} {:>8.0f} {:>6.3f}x | {:>9.2f} {:>8.0f} {:>6.3f}x\n",
+      auto share = [&](int i) { return converts ? fmt::format(" {:>5.1f}%", 100 * conv_share[i]) : std::string(); };
+      fmt::print("{:<18} {:>9.1f} {:>8.1f} {:>5.0f}% | {:>9.2f} {:>8.0f} {:>6.3f}x{} | {:>9.2f} {:>8.0f} {:>6.3f}x{}\n",
                  s.name, t_gemv * 1e6, gbs, 100 * gbs / bw_pass, per_token[0] * 1e6, gops[0], per_token[0] / t_gemv,
-                 per_token[1] * 1e6, gops[1], per_token[1] / t_gemv);
+                 share(0), per_token[1] * 1e6, gops[1], per_token[1] / t_gemv, share(1));
     }
     if (sweep.empty()) continue;
     fmt::print("-- sweep ({} threads)\n", threads);

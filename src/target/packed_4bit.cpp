@@ -3,6 +3,7 @@
 // include/lumen/target/packed_4bit.h and packed_q8_0.h).
 #include "lumen/target/packed_4bit.h"
 
+#include <array>
 #include <cstring>
 #include <stdexcept>
 
@@ -11,14 +12,31 @@
 namespace lumen {
 namespace {
 
-// The unsigned 5-bit (Q5_0) or 4-bit quant of element e of a GGUF block.
-int block_q(const quant::BlockQ4_0& b, int e) { return e < 16 ? b.qs[e] & 0x0F : b.qs[e - 16] >> 4; }
-int block_q(const quant::BlockQ5_0& b, int e) {
+// The unsigned quants of a GGUF block, decoded once.
+void block_quants(const quant::BlockQ4_0& b, uint8_t q[kQ8Block]) {
+  for (int e = 0; e < 16; ++e) {
+    q[e] = b.qs[e] & 0x0F;
+    q[e + 16] = b.qs[e] >> 4;
+  }
+}
+void block_quants(const quant::BlockQ5_0& b, uint8_t q[kQ8Block]) {
   uint32_t qh;
   std::memcpy(&qh, b.qh, 4);
-  const int low = e < 16 ? b.qs[e] & 0x0F : b.qs[e - 16] >> 4;
-  return low | int((qh >> e) & 1) << 4;
+  for (int e = 0; e < 16; ++e) {
+    q[e] = uint8_t((b.qs[e] & 0x0F) | ((qh >> e) & 1) << 4);
+    q[e + 16] = uint8_t((b.qs[e] >> 4) | ((qh >> (e + 16)) & 1) << 4);
+  }
 }
+
+// Byte i of kBitBytes[m] is 16 where bit i of m is set: one mask byte of
+// Q5_0's fifth bits as 8 bytes to OR in.
+constexpr std::array<uint64_t, 256> kBitBytes = [] {
+  std::array<uint64_t, 256> t{};
+  for (int m = 0; m < 256; ++m)
+    for (int i = 0; i < 8; ++i)
+      if (m >> i & 1) t[size_t(m)] |= uint64_t(0x10) << (8 * i);
+  return t;
+}();
 
 template <class Block>
 void pack_rows(ops::DType format, const Block* src, int64_t rows, int64_t k, uint8_t* out, int64_t first_group) {
@@ -31,19 +49,47 @@ void pack_rows(ops::DType format, const Block* src, int64_t rows, int64_t k, uin
   for (int64_t g = 0; g < groups; ++g) {
     uint8_t* group = out + (first_group + g) * k_blocks * block_bytes;
     std::memset(group, 0, size_t(k_blocks * block_bytes));  // padding rows: scale 0, q 0
-    for (int64_t b = 0; b < k_blocks; ++b) {
-      uint8_t* blk = group + b * block_bytes;
-      for (int64_t r = 0; r < kPackRows && g * kPackRows + r < rows; ++r) {
-        const Block& q = src[(g * kPackRows + r) * k_blocks + b];
-        std::memcpy(blk + 2 * r, &q.d, 2);
-        for (int e = 0; e < kQ8Block; ++e) {
-          const int j = e / 4, i = e % 4, v = block_q(q, e);
-          uint8_t& nibbles = blk[kPackedNibbleOffset + 64 * (j / 2) + 4 * r + i];
-          nibbles |= uint8_t((v & 0x0F) << (j % 2 ? 4 : 0));
-          if (format == ops::DType::Q5_0 && (v & 0x10)) {
-            blk[kPackedHighBitOffset + 8 * j + (4 * r + i) / 8] |= uint8_t(1u << ((4 * r + i) % 8));
+    for (int64_t r = 0; r < kPackRows && g * kPackRows + r < rows; ++r) {
+      const Block* row = src + (g * kPackRows + r) * k_blocks;
+      for (int64_t b = 0; b < k_blocks; ++b) {
+        uint8_t* blk = group + b * block_bytes;
+        std::memcpy(blk + 2 * r, &row[b].d, 2);
+        uint8_t q[kQ8Block];
+        block_quants(row[b], q);
+        for (int v = 0; v < 4; ++v) {
+          for (int i = 0; i < 4; ++i) {
+            blk[kPackedNibbleOffset + 64 * v + 4 * r + i] = uint8_t((q[8 * v + i] & 0x0F) | (q[8 * v + 4 + i] & 0x0F) << 4);
           }
         }
+        if (format != ops::DType::Q5_0) continue;
+        for (int j = 0; j < kQ8Block / 4; ++j) {
+          int bits = 0;
+          for (int i = 0; i < 4; ++i) bits |= (q[4 * j + i] >> 4) << i;
+          blk[kPackedHighBitOffset + 8 * j + r / 2] |= uint8_t(bits << (4 * (r % 2)));
+        }
+      }
+    }
+  }
+}
+
+// convert_packed_to_q8_0 for one format: q - offset, as u8 ^ flip.
+template <bool kHighBits>
+void convert_groups(int offset, uint8_t flip, int64_t src_block, const uint8_t* src, int64_t blocks, uint8_t* out) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* in = src + b * src_block;
+    uint8_t* blk = out + b * kPackedBlockBytes;
+    std::memcpy(blk, in, kPackedScaleBytes);
+    for (int64_t j = 0; j < kQ8Block / 4; ++j) {
+      const uint8_t* nibbles = in + kPackedNibbleOffset + 64 * (j / 2);
+      const int shift = j % 2 ? 4 : 0;
+      uint8_t high[64] = {};
+      if constexpr (kHighBits) {
+        for (int m = 0; m < 8; ++m) std::memcpy(high + 8 * m, &kBitBytes[in[kPackedHighBitOffset + 8 * j + m]], 8);
+      }
+      uint8_t* quads = blk + kPackedScaleBytes + 64 * j;
+      for (int byte = 0; byte < 64; ++byte) {
+        const uint8_t q = uint8_t(((nibbles[byte] >> shift) & 0x0F) | high[byte]);
+        quads[byte] = uint8_t(uint8_t(q - offset) ^ flip);
       }
     }
   }
@@ -83,24 +129,10 @@ uint16_t packed_4bit_scale(ops::DType format, const uint8_t* group, int64_t r, i
 void convert_packed_to_q8_0(ops::DType format, Isa isa, const uint8_t* src, int64_t groups, int64_t k_blocks,
                             uint8_t* out) {
   const uint8_t flip = is_vnni_isa(isa) ? 0x80 : 0x00;
-  const int offset = q_offset(format);
-  const int64_t src_block = packed_block_bytes(format);
-  for (int64_t g = 0; g < groups; ++g) {
-    for (int64_t b = 0; b < k_blocks; ++b) {
-      const uint8_t* in = src + (g * k_blocks + b) * src_block;
-      uint8_t* blk = out + (g * k_blocks + b) * kPackedBlockBytes;
-      std::memcpy(blk, in, kPackedScaleBytes);
-      for (int64_t j = 0; j < kQ8Block / 4; ++j) {
-        const uint8_t* nibbles = in + kPackedNibbleOffset + 64 * (j / 2);
-        const uint8_t* high = in + kPackedHighBitOffset + 8 * j;
-        uint8_t* quads = blk + kPackedScaleBytes + 64 * j;
-        for (int64_t byte = 0; byte < 64; ++byte) {
-          int q = (nibbles[byte] >> (j % 2 ? 4 : 0)) & 0x0F;
-          if (format == ops::DType::Q5_0) q |= ((high[byte / 8] >> (byte % 8)) & 1) << 4;
-          quads[byte] = uint8_t(int8_t(q - offset)) ^ flip;
-        }
-      }
-    }
+  if (format == ops::DType::Q5_0) {
+    convert_groups<true>(q_offset(format), flip, packed_block_bytes(format), src, groups * k_blocks, out);
+  } else {
+    convert_groups<false>(q_offset(format), flip, packed_block_bytes(format), src, groups * k_blocks, out);
   }
 }
 
@@ -110,21 +142,26 @@ void convert_row_to_q8_0(ops::DType type, const void* src, BlockQ8_0* out, int64
   }
   for (int64_t b = 0; b < k / kQ8Block; ++b) {
     BlockQ8_0& o = out[b];
-    for (int e = 0; e < kQ8Block; ++e) {
-      if (type == ops::DType::Q4_0) {
-        const auto& q = static_cast<const quant::BlockQ4_0*>(src)[b];
-        o.d = q.d;
-        o.qs[e] = int8_t(block_q(q, e) - 8);
-      } else if (type == ops::DType::Q5_0) {
-        const auto& q = static_cast<const quant::BlockQ5_0*>(src)[b];
-        o.d = q.d;
-        o.qs[e] = int8_t(block_q(q, e) - 16);
-      } else {
-        const auto& q = static_cast<const quant::BlockIQ4_NL*>(src)[b];
-        o.d = q.d;
-        o.qs[e] = quant::kIq4nlValues[e < 16 ? q.qs[e] & 0x0F : q.qs[e - 16] >> 4];
+    uint8_t q[kQ8Block];
+    if (type == ops::DType::IQ4_NL) {
+      const auto& blk = static_cast<const quant::BlockIQ4_NL*>(src)[b];
+      o.d = blk.d;
+      for (int e = 0; e < 16; ++e) {
+        o.qs[e] = quant::kIq4nlValues[blk.qs[e] & 0x0F];
+        o.qs[e + 16] = quant::kIq4nlValues[blk.qs[e] >> 4];
       }
+      continue;
     }
+    if (type == ops::DType::Q4_0) {
+      const auto& blk = static_cast<const quant::BlockQ4_0*>(src)[b];
+      o.d = blk.d;
+      block_quants(blk, q);
+    } else {
+      const auto& blk = static_cast<const quant::BlockQ5_0*>(src)[b];
+      o.d = blk.d;
+      block_quants(blk, q);
+    }
+    for (int e = 0; e < kQ8Block; ++e) o.qs[e] = int8_t(q[e] - q_offset(type));
   }
 }
 
