@@ -82,10 +82,16 @@ std::optional<Verdict> need_token_rows(const OpCall& c, int i, const char* op, c
 
 // ------------------------------------------------------------------ rules
 
+// What matmul weights and embedding tables may be: every weight type of the
+// list, or Any (the file's, bound per tensor when compiled for a file). The
+// schedule gives each its kernels by its packed format (target/weight_formats.h).
+bool any_weight_type(DType t) { return row(t).weight || t == DType::Any; }
+
 Verdict embed(const OpCall& c) {
   const TensorType& table = c.operands[0];
   const TensorType& ids = c.operands[1];
-  if (table.shape.size() != 2) return at_operand(0, "embed needs a 2-D table, found " + table.str());
+  if (table.shape.size() != 2 || !any_weight_type(table.dtype))
+    return at_operand(0, "embed needs a 2-D table of a weight type (or any), found " + table.str());
   if (ids.dtype != DType::I32 || ids.shape.size() != 1)
     return at_operand(1, "embed needs i32 token ids [N], found " + ids.str());
   return ok({DType::F32, {ids.shape[0], table.shape[1]}});
@@ -137,10 +143,8 @@ Verdict matmul(const OpCall& c) {
     const TensorType& w = c.operands[i + 1];
     int at = static_cast<int>(i + 1);
     if (w.shape.size() != 2) return at_operand(at, "'matmul' needs a 2-D weight [rows, row_length], found " + w.str());
-    // The matmul kernels read Q8_0 weights only (target/packed_q8_0.h).
-    if (w.dtype != DType::Q8_0)
-      return at_operand(at, "'matmul' has no kernel for " + std::string(to_string(w.dtype)) +
-                                " weights: the weight must be q8_0, found " + w.str());
+    if (!any_weight_type(w.dtype))
+      return at_operand(at, "'matmul' needs a weight of a weight type (or any), found " + w.str());
     if (!eq(c, w.shape[1], x.shape[1]))
       return at_op("matmul shapes do not match: " + x.str() + " times " + w.str() + " (row length " +
                                 x.shape[1].text() + " vs " + w.shape[1].text() + ")" + hint(c, x.shape[1], w.shape[1]));
