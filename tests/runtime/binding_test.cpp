@@ -320,7 +320,7 @@ TEST_F(Binding, MalformedProgramsFailAtLoad) {
   }
   // A kernel the schedule names but the model does not carry.
   auto model_q = std::make_shared<CompiledModel>(*model_);
-  model_q->kernels.erase(model_q->program.layer[1].schedule.decode_kernel);
+  model_q->kernels.erase(model_q->program.layer[1].schedule.formats[0].decode_kernel);
   try {
     Session s(model_q, synth_gguf("good"));
     ADD_FAILURE() << "loaded";
