@@ -156,8 +156,13 @@ Verdict matmul(const OpCall& c) {
     if (e == Epilogue::SiluMul) rows = w.shape[0];
     else rows = rows ? sum(*rows, w.shape[0]) : w.shape[0];
   }
-  if (e == Epilogue::SiluMul && !same_type(c.operands[1], c.operands[2], *c.facts))
-    return at_operand(2, "the gate and up weights of 'matmul' differ in shape");
+  // Of one shape; their types may differ where one kernel reads both (fuse_gate_up: one packed format).
+  if (e == Epilogue::SiluMul) {
+    TensorType up = c.operands[2];
+    up.dtype = c.operands[1].dtype;
+    if (!same_type(c.operands[1], up, *c.facts))
+      return at_operand(2, "the gate and up weights of 'matmul' differ in shape");
+  }
   TensorType result{DType::F32, {x.shape[0], *rows}};
   if (c.residual && !same_type(*c.residual, result, *c.facts))
     return at_attr("epilogue", "the residual of 'matmul' is " + c.residual->str() + ", not " + result.str());

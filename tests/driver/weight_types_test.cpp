@@ -67,7 +67,9 @@ TEST(WeightTypes, AnyWeightsTakeTheFilesTypesPerLayer) {
   EXPECT_EQ(weight(p, "output").dtypes, (std::vector<DType>{DType::Q5_0}));  // tied: the embedding's type
   // Every format packs to one format today, so one kernel set per matmul.
   for (const program::Op& op : p.layer)
-    if (op.kind == ops::OpId::MatMul) EXPECT_EQ(op.schedule.formats.size(), 1u);
+    if (op.kind == ops::OpId::MatMul) {
+      EXPECT_EQ(op.schedule.formats.size(), 1u);
+    }
 
   // Without a file, `any` is Q8_0: the program of a Q8_0 file is that one.
   WeightTypes q8 = mixed_types();
@@ -188,8 +190,8 @@ TEST(WeightTypes, LumencCompilesForTheTypesOfAFile) {
                           " -o " + (dir / "mixed.so").string() + " > " + (dir / "out.txt").string() + " 2>&1";
   EXPECT_EQ(std::system(run.c_str()), 0) << run;
   EXPECT_GT(fs::file_size(dir / "mixed.so"), 0u);
-  const std::string dump = lumenc + " dump-program " + dsl + " --weights " + (dir / "mixed.gguf").string() + " > " +
-                           (dir / "program.txt").string();
+  const std::string dump = lumenc + " dump-program " + dsl + " --target avx2 --weights " +
+                           (dir / "mixed.gguf").string() + " > " + (dir / "program.txt").string();
   ASSERT_EQ(std::system(dump.c_str()), 0);
   const std::string text = Source::read((dir / "program.txt").string()).text;
   EXPECT_NE(text.find("per_layer=1 dtypes=Q4_K,Q6_K"), std::string::npos);

@@ -18,6 +18,7 @@
 #include "lumen/ir/text.h"
 #include "lumen/ir/verifier.h"
 #include "lumen/passes/passes.h"
+#include "lumen/target/weight_formats.h"
 #include "support/test_files.h"
 
 namespace {
