@@ -294,7 +294,8 @@ TEST_F(Binding, TensorRefusals) {
                                              [](std::string& name, gguf::TensorType& type, std::vector<int64_t>&) {
                                                if (name == "blk.0.ffn_norm.weight") type = gguf::TensorType::F16;
                                              })),
-                    "tensor 'blk.0.ffn_norm.weight' has type F16, expected F32");
+                    "model.so was compiled for 'blk.0.ffn_norm.weight' as F32, the file has F16: "
+                    "recompile with --weights");
 }
 
 TEST_F(Binding, CpuFeatureRefusalNamesTheFeature) {
