@@ -23,24 +23,24 @@ check n_head % n_head_kv == 0 : "n_head must be a multiple of n_head_kv"
 check head_dim % 2 == 0       : "rope needs an even head_dim"
 
 # ------------------------------------------------------------------------ weights
-# Shapes are [rows, row_length]: a matmul weight is [out_features, in_features].
-weight tok_embd : q8_0[n_vocab, n_embd] = "token_embd.weight"
+# Shapes are [rows, row_length], a matmul weight's [out_features, in_features]; `any`: the file's type.
+weight tok_embd : any[n_vocab, n_embd]  = "token_embd.weight"
 weight out_norm : f32[n_embd]           = "output_norm.weight"
-weight output   : q8_0[n_vocab, n_embd] = "output.weight" else "token_embd.weight"   # tied when absent
+weight output   : any[n_vocab, n_embd]  = "output.weight" else "token_embd.weight"   # tied when absent
 
 layer weights (i in n_layer) {
   attn_norm : f32[n_embd]              = "blk.{i}.attn_norm.weight"
-  wq        : q8_0[n_embd, n_embd]     = "blk.{i}.attn_q.weight"
+  wq        : any[n_embd, n_embd]      = "blk.{i}.attn_q.weight"
   bq        : f32[n_embd]              = "blk.{i}.attn_q.bias"
-  wk        : q8_0[n_embd_kv, n_embd]  = "blk.{i}.attn_k.weight"
+  wk        : any[n_embd_kv, n_embd]   = "blk.{i}.attn_k.weight"
   bk        : f32[n_embd_kv]           = "blk.{i}.attn_k.bias"
-  wv        : q8_0[n_embd_kv, n_embd]  = "blk.{i}.attn_v.weight"
+  wv        : any[n_embd_kv, n_embd]   = "blk.{i}.attn_v.weight"
   bv        : f32[n_embd_kv]           = "blk.{i}.attn_v.bias"
-  wo        : q8_0[n_embd, n_embd]     = "blk.{i}.attn_output.weight"
+  wo        : any[n_embd, n_embd]      = "blk.{i}.attn_output.weight"
   ffn_norm  : f32[n_embd]              = "blk.{i}.ffn_norm.weight"
-  wgate     : q8_0[n_ff, n_embd]       = "blk.{i}.ffn_gate.weight"
-  wup       : q8_0[n_ff, n_embd]       = "blk.{i}.ffn_up.weight"
-  wdown     : q8_0[n_embd, n_ff]       = "blk.{i}.ffn_down.weight"
+  wgate     : any[n_ff, n_embd]        = "blk.{i}.ffn_gate.weight"
+  wup       : any[n_ff, n_embd]        = "blk.{i}.ffn_up.weight"
+  wdown     : any[n_embd, n_ff]        = "blk.{i}.ffn_down.weight"
 }
 
 # ------------------------------------------------------------------------ forward

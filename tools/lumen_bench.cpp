@@ -20,11 +20,13 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "cli/command_line.h"
+#include "cli/model_for_gguf.h"
 #include "cli/session_flags.h"
 #include "lumen/common/internal_error.h"
 #include "lumen/target/int8_peak.h"
@@ -182,13 +184,16 @@ int main(int argc, char** argv) {
   CLI::App app{
       "lumen-bench: llama-bench's prompt-processing (pp) and text-generation (tg) tests on a\n"
       "compiled model, with the machine's read bandwidth and the roofline beside each row.\n"
-      "Example: lumen-bench model.so --gguf model.gguf -p 128,512 -n 128 -t 1,2 -r 5",
+      "Example: lumen-bench model.so --gguf model.gguf -p 128,512 -n 128 -t 1,2 -r 5\n"
+      "Without model.so, the program of the file's architecture is compiled for its tensor types.",
       "lumen-bench"};
   std::string so_path, p_list = "512", n_list = "128", d_list = "0", format = "md";
   int reps = 5;
   bool profile = false;
   lumen::cli::SessionFlags flags;
-  app.add_option("model", so_path, "model.so written by `lumenc compile`")->required();
+  std::optional<std::string> dsl_dir;
+  app.add_option("model", so_path, "model.so written by `lumenc compile` (default: compile for --gguf)");
+  app.add_option("--dsl-dir", dsl_dir, "folder of model programs (default: LUMEN_DSL_DIR, else the installed dsl/)");
   lumen::cli::add_session_flags(app, flags, {.ctx_and_batch = false, .thread_list = true});
   app.add_option("-p,--n-prompt", p_list, "prompt sizes (comma-separated; 0 to skip)");
   app.add_option("-n,--n-gen", n_list, "generation lengths (comma-separated; 0 to skip)");
@@ -207,6 +212,7 @@ int main(int argc, char** argv) {
       std::vector<int> threads = flags.threads;
 
       const std::string& gguf_path = flags.gguf_path;
+      if (so_path.empty()) so_path = lumen::cli::model_for_gguf(gguf_path, dsl_dir, "lumen-bench");
       auto model = std::make_shared<const lumen::runtime::CompiledModel>(lumen::runtime::load_model_so(so_path));
       const int64_t max_p = std::max<int64_t>(1, *std::max_element(prompts.begin(), prompts.end()));
       const int64_t max_n = *std::max_element(gens.begin(), gens.end());

@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 
+#include "cli/model_for_gguf.h"
 #include "lumen/common/internal_error.h"
 #include "lumen/driver/driver.h"
 #include "lumen/ir/text.h"
@@ -92,6 +93,7 @@ int main(int argc, char** argv) {
       "  lumenc dump-ir --after=all dsl/qwen2.dsl        the IR after every pass\n"
       "  lumenc dump-program dsl/qwen2.dsl               the scheduled program model.so embeds\n"
       "  lumenc compile dsl/qwen2.dsl -o qwen2.so        build model.so for this CPU\n"
+      "  lumenc compile dsl/qwen2.dsl --weights F.gguf -o qwen2.so   ... for the tensor types of F.gguf\n"
       "Run `lumenc SUBCOMMAND --help` for the options of each.\n");
 
   std::string file;
@@ -129,10 +131,20 @@ int main(int argc, char** argv) {
   };
   add_target(check);
   add_target(dump_ir);
+  // A program is compiled for one GGUF file's tensor types (`any` weights take
+  // each tensor's); without --weights, every `any` weight is Q8_0.
+  std::string weights;
+  auto add_weights = [&weights](CLI::App* command) {
+    command->add_option("--weights", weights,
+                        "compile for the tensor types of this GGUF file (default: Q8_0 for every `any` weight)");
+  };
+  add_weights(check);
+  add_weights(dump_ir);
 
   auto* dump_program = app.add_subcommand("dump-program", "Print the scheduled program (the text model.so embeds).");
   dump_program->add_option("FILE", file, "the model program (.dsl), or IR text (.ir)")->required();
   add_target(dump_program);
+  add_weights(dump_program);
   dump_program->footer("Example: lumenc dump-program dsl/qwen2.dsl --target avx2\n");
 
   std::string output;
@@ -140,7 +152,11 @@ int main(int argc, char** argv) {
   compile->add_option("FILE", file, "the model program (.dsl)")->required();
   compile->add_option("-o,--output", output, "the shared object to write")->required();
   add_target(compile);
-  compile->footer("Example: lumenc compile dsl/qwen2.dsl -o qwen2.so --target avx2\n");
+  add_weights(compile);
+  compile->footer(
+      "Examples:\n"
+      "  lumenc compile dsl/qwen2.dsl -o qwen2.so --target avx2\n"
+      "  lumenc compile dsl/qwen2.dsl --weights qwen2.5-0.5b-q4_k_m.gguf -o qwen2-q4_k_m.so\n");
 
   try {
     app.parse(argc, argv);
@@ -162,6 +178,7 @@ int main(int argc, char** argv) {
   return lumen::run_tool("lumenc", [&]() -> int {
     lumen::driver::Options options;
     options.target = parse_target(target);
+    if (!weights.empty()) options.weight_types = lumen::cli::weight_types_of(lumen::gguf::File::open(weights));
     std::map<std::string, double> values;
     bool all = false;
     if (*check) {

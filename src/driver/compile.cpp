@@ -109,6 +109,7 @@ void run_passes(const Source& source, Compilation& c, const std::function<void()
 Compilation compile(const Source& source, const Options& options) {
   Compilation c;
   ir::Module m = lower(source, c);
+  bind_weight_types(m, options.weight_types);
 
   if (!options.only_pass.empty()) {
     LUMEN_ASSERT(options.stage == Stage::Ir, "only_pass is for Stage::Ir");

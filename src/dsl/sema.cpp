@@ -319,9 +319,10 @@ class Sema {
 
   void check_weight(WeightDecl& w, const std::string& index) {
     declare(w.name, w.name_range);
-    if (!ops::row(w.type.dtype).weight)
-      error(w.type.dtype_range,
-            "weights must be " + dtype_names([](const ops::DTypeRow& r) { return r.weight && r.in_dsl; }));
+    // `any`: the file's type, bound per tensor when compiled for a file.
+    if (!ops::row(w.type.dtype).weight && w.type.dtype != DType::Any)
+      error(w.type.dtype_range, "weights must be any or " +
+                                    dtype_names([](const ops::DTypeRow& r) { return r.weight && r.in_dsl; }));
     if (w.type.dims.empty() || w.type.dims.size() > 2) {
       error(w.type.range, "weights have 1 or 2 dimensions, found " + std::to_string(w.type.dims.size()));
     }

@@ -1,6 +1,8 @@
 // IR data structures: small helpers over functions and ops.
 #include "lumen/ir/ir.h"
 
+#include "lumen/common/internal_error.h"
+
 namespace lumen::ir {
 
 const char* to_string(Check::Cmp cmp) {
@@ -79,6 +81,14 @@ const Param* Module::find_param(std::string_view name) const {
   for (const auto& p : params)
     if (p.name == name) return &p;
   return nullptr;
+}
+
+DType Weight::type_of_layer(int64_t layer) const {
+  LUMEN_ASSERT(!types.empty(), "weight '@" + name + "' has no bound types");
+  if (types.size() == 1) return types[0];
+  LUMEN_ASSERT(layer >= 0 && static_cast<size_t>(layer) < types.size(),
+               "weight '@" + name + "' has no type for layer " + std::to_string(layer));
+  return types[static_cast<size_t>(layer)];
 }
 
 const Weight* Module::find_weight(std::string_view name) const {

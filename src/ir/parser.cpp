@@ -294,7 +294,8 @@ class Parser {
     m_.checks.push_back(std::move(c));
   }
 
-  /// weight ::= "weight" "@" name ["[" "l" "]"] ":" dtype shape "=" string ["else" string]
+  /// weight ::= "weight" "@" name ["[" "l" "]"] ":" dtype shape "=" string ["else" string | "optional"]
+  ///            ["types" "(" dtype ("," dtype)* ")"]
   void parse_weight() {
     Weight w;
     w.line = peek().line;
@@ -313,6 +314,16 @@ class Parser {
     w.gguf_name = take(Token::Kind::String, "a tensor name").text;
     if (accept_ident("else")) w.fallback = take(Token::Kind::String, "a tensor name").text;
     else if (accept_ident("optional")) w.optional = true;
+    if (accept_ident("types")) {
+      expect_punct("(");
+      do {
+        const std::string name = take(Token::Kind::Ident, "a weight type").text;
+        std::optional<DType> d = ops::parse_dtype(name);
+        if (!d || !ops::row(*d).weight) fail_at(w.line, "'" + name + "' is not a weight type");
+        w.types.push_back(*d);
+      } while (accept_punct(","));
+      expect_punct(")");
+    }
     if (m_.find_weight(w.name)) fail_at(w.line, "weight '@" + w.name + "' defined twice");
     m_.weights.push_back(std::move(w));
   }

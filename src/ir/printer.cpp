@@ -87,6 +87,11 @@ class Printer {
     out_ += " = " + quote(w.gguf_name);
     if (!w.fallback.empty()) out_ += " else " + quote(w.fallback);
     if (w.optional) out_ += " optional";
+    if (!w.types.empty()) {
+      out_ += " types(";
+      for (size_t i = 0; i < w.types.size(); ++i) out_ += (i == 0 ? "" : ", ") + std::string(to_string(w.types[i]));
+      out_ += ")";
+    }
     out_ += "\n";
   }
 

@@ -74,6 +74,10 @@ class Verifier {
       if (w.per_layer && w.gguf_name.find("{i}") == std::string::npos)
         problem(where + ": a layer weight's tensor name needs {i}");
       if (w.shape.empty() || w.shape.size() > 2) problem(where + ": weights are 1-D or 2-D");
+      if (!w.per_layer && w.types.size() > 1) problem(where + ": a global weight has one tensor, one type");
+      for (DType t : w.types)
+        if (w.dtype != DType::Any && t != w.dtype)
+          problem(where + ": declared " + to_string(w.dtype) + ", bound to " + to_string(t));
       for (const auto& d : w.shape) {
         check_dim_names(d, where, params_);
         if (d.uses_tokens()) problem(where + ": a weight shape cannot depend on N");

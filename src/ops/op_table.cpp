@@ -63,11 +63,6 @@ ShapeDim product(const ShapeDim& a, const ShapeDim& b) { return {a.dim * b.dim, 
 
 bool is_matrix(const TensorType& t, DType dtype) { return t.dtype == dtype && t.shape.size() == 2; }
 
-// A weight matrix of any weight type of the list (ops/op_list.h): what matmul
-// and embed read. The runtime binds every one of them (the matmul kernels
-// stream each in its packed format, target/weight_formats.h).
-bool is_weight_matrix(const TensorType& t) { return row(t.dtype).weight && t.shape.size() == 2; }
-
 // An f32 [rows, cols] activation; else an error naming the operand.
 std::optional<Verdict> need_activation(const OpCall& c, int i, const char* op, const char* what) {
   const TensorType& t = c.operands[static_cast<size_t>(i)];
@@ -87,11 +82,16 @@ std::optional<Verdict> need_token_rows(const OpCall& c, int i, const char* op, c
 
 // ------------------------------------------------------------------ rules
 
+// What matmul weights and embedding tables may be: every weight type of the
+// list, or Any (the file's, bound per tensor when compiled for a file). The
+// schedule gives each its kernels by its packed format (target/weight_formats.h).
+bool any_weight_type(DType t) { return row(t).weight || t == DType::Any; }
+
 Verdict embed(const OpCall& c) {
   const TensorType& table = c.operands[0];
   const TensorType& ids = c.operands[1];
-  if (!is_weight_matrix(table))
-    return at_operand(0, "embed needs a 2-D table of a weight type, found " + table.str());
+  if (table.shape.size() != 2 || !any_weight_type(table.dtype))
+    return at_operand(0, "embed needs a 2-D table of a weight type (or any), found " + table.str());
   if (ids.dtype != DType::I32 || ids.shape.size() != 1)
     return at_operand(1, "embed needs i32 token ids [N], found " + ids.str());
   return ok({DType::F32, {ids.shape[0], table.shape[1]}});
@@ -142,8 +142,9 @@ Verdict matmul(const OpCall& c) {
   for (size_t i = 0; i < n_weights; ++i) {
     const TensorType& w = c.operands[i + 1];
     int at = static_cast<int>(i + 1);
-    if (!is_weight_matrix(w))
-      return at_operand(at, "'matmul' needs a 2-D weight [rows, row_length] of a weight type, found " + w.str());
+    if (w.shape.size() != 2) return at_operand(at, "'matmul' needs a 2-D weight [rows, row_length], found " + w.str());
+    if (!any_weight_type(w.dtype))
+      return at_operand(at, "'matmul' needs a weight of a weight type (or any), found " + w.str());
     if (!eq(c, w.shape[1], x.shape[1]))
       return at_op("matmul shapes do not match: " + x.str() + " times " + w.str() + " (row length " +
                                 x.shape[1].text() + " vs " + w.shape[1].text() + ")" + hint(c, x.shape[1], w.shape[1]));
@@ -155,9 +156,13 @@ Verdict matmul(const OpCall& c) {
     if (e == Epilogue::SiluMul) rows = w.shape[0];
     else rows = rows ? sum(*rows, w.shape[0]) : w.shape[0];
   }
-  // Gate and up may differ in type (each tensor has its own), not in shape.
-  if (e == Epilogue::SiluMul && !same_type(c.operands[1], {c.operands[1].dtype, c.operands[2].shape}, *c.facts))
-    return at_operand(2, "the gate and up weights of 'matmul' differ in shape");
+  // Of one shape; their types may differ where one kernel reads both (fuse_gate_up: one packed format).
+  if (e == Epilogue::SiluMul) {
+    TensorType up = c.operands[2];
+    up.dtype = c.operands[1].dtype;
+    if (!same_type(c.operands[1], up, *c.facts))
+      return at_operand(2, "the gate and up weights of 'matmul' differ in shape");
+  }
   TensorType result{DType::F32, {x.shape[0], *rows}};
   if (c.residual && !same_type(*c.residual, result, *c.facts))
     return at_attr("epilogue", "the residual of 'matmul' is " + c.residual->str() + ", not " + result.str());

@@ -24,7 +24,7 @@ bool plain_matmul(const Op& op) {
 }
 
 // Rewrites the mul at `mul_at`; returns the indices of ops that became dead.
-std::vector<int> fuse(ir::Module& m, std::vector<Op>& block, int mul_at) {
+std::vector<int> fuse(ir::Module& m, std::vector<Op>& block, int mul_at, Isa target) {
   ir::Function& f = m.forward;
   Op& mul = block[static_cast<size_t>(mul_at)];
   if (mul.operands.size() != 2 || !mul.weights.empty()) return {};
@@ -42,7 +42,7 @@ std::vector<int> fuse(ir::Module& m, std::vector<Op>& block, int mul_at) {
       const ir::Weight* gw = m.find_weight(g.weights.at(0).name);
       const ir::Weight* uw = m.find_weight(u.weights.at(0).name);
       if (plain_matmul(g) && plain_matmul(u) && g.operands == u.operands && gw && uw && gw->shape == uw->shape &&
-          gw->dtype == uw->dtype) {
+          detail::same_packed_formats(*gw, *uw, target)) {
         // The fused matmul replaces the mul (all its inputs are defined by then).
         Op fused;
         fused.kind = OpId::MatMul;
@@ -69,12 +69,12 @@ std::vector<int> fuse(ir::Module& m, std::vector<Op>& block, int mul_at) {
 
 }  // namespace
 
-void fuse_gate_up(ir::Module& m) {
+void fuse_gate_up(ir::Module& m, Isa target) {
   for (auto* block : detail::blocks(m.forward)) {
     std::vector<bool> dead(block->size(), false);
     for (int i = 0; i < static_cast<int>(block->size()); ++i) {
       if ((*block)[static_cast<size_t>(i)].kind != OpId::Mul || dead[static_cast<size_t>(i)]) continue;
-      for (int d : fuse(m, *block, i)) dead[static_cast<size_t>(d)] = true;
+      for (int d : fuse(m, *block, i, target)) dead[static_cast<size_t>(d)] = true;
     }
     std::vector<Op> kept;
     for (size_t i = 0; i < block->size(); ++i)

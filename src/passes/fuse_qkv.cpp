@@ -16,15 +16,15 @@ bool fusable(const Op& op) {
          (op.epilogue == Epilogue::None || op.epilogue == Epilogue::Bias);
 }
 
-// Whether ops a and b can share one matmul.
-bool compatible(const ir::Module& m, const Op& a, const Op& b) {
+// Whether ops a and b can share one matmul: one kernel reads both weights.
+bool compatible(const ir::Module& m, const Op& a, const Op& b, Isa target) {
   if (a.operands != b.operands || a.epilogue != b.epilogue) return false;
   const ir::Weight* wa = m.find_weight(a.weights.at(0).name);
   const ir::Weight* wb = m.find_weight(b.weights.at(0).name);
-  return wa && wb && wa->dtype == wb->dtype;
+  return wa && wb && detail::same_packed_formats(*wa, *wb, target);
 }
 
-void fuse_block(ir::Module& m, std::vector<Op>& block) {
+void fuse_block(ir::Module& m, std::vector<Op>& block, Isa target) {
   ir::Function& f = m.forward;
   std::vector<Op> out;
   std::vector<bool> taken(block.size(), false);
@@ -36,7 +36,7 @@ void fuse_block(ir::Module& m, std::vector<Op>& block) {
     }
     std::vector<size_t> group = {i};
     for (size_t j = i + 1; j < block.size(); ++j)
-      if (!taken[j] && fusable(block[j]) && compatible(m, block[i], block[j])) group.push_back(j);
+      if (!taken[j] && fusable(block[j]) && compatible(m, block[i], block[j], target)) group.push_back(j);
     if (group.size() == 1) {
       out.push_back(std::move(block[i]));
       continue;
@@ -84,8 +84,8 @@ void fuse_block(ir::Module& m, std::vector<Op>& block) {
 
 }  // namespace
 
-void fuse_qkv(ir::Module& m) {
-  for (auto* block : detail::blocks(m.forward)) fuse_block(m, *block);
+void fuse_qkv(ir::Module& m, Isa target) {
+  for (auto* block : detail::blocks(m.forward)) fuse_block(m, *block, target);
 }
 
 }  // namespace lumen::passes

@@ -1,6 +1,8 @@
 // Pass lower_to_program: scheduled, memory-planned IR -> program::Program
 // (see passes.h and include/lumen/program/program.h for the target's semantics).
 #include <map>
+#include <string>
+#include <vector>
 
 #include "lumen/passes/passes.h"
 #include "lumen/ops/op_table.h"
@@ -99,7 +101,8 @@ class Lowering {
       pw.name = w.name;
       pw.gguf_name = w.gguf_name;
       pw.per_layer = w.per_layer;
-      pw.dtypes.push_back(w.dtype);
+      LUMEN_ASSERT(!w.types.empty(), "lower_to_program: weight @" + w.name + " has no bound types");
+      pw.dtypes = w.types;
       for (auto it = w.shape.rbegin(); it != w.shape.rend(); ++it) pw.shape.push_back(*it);  // ggml order
       pw.fallback = w.fallback;
       pw.optional = w.optional;
@@ -191,13 +194,39 @@ class Lowering {
     if (!a || a->kind != ir::Attr::Kind::Int) fail(detail::describe(op) + ": not scheduled (no " + name + ")");
     return a->int_value;
   }
-  program::KernelId kernel_attr(const ir::Op& op, const char* name) const {
+  // A kernel attribute: one kernel per format, comma-separated (as the schedule writes it).
+  std::vector<program::KernelId> kernel_attr(const ir::Op& op, const char* name, size_t formats) const {
     const ir::Attr* a = op.attr(name);
     if (!a || a->kind != ir::Attr::Kind::String) fail(detail::describe(op) + ": not scheduled (no " + name + ")");
-    std::string why;
-    std::optional<program::KernelId> k = program::parse_kernel_id(a->text, &why);
-    if (!k) fail(detail::describe(op) + ": " + name + " '" + a->text + "': " + why);
-    return *k;
+    std::vector<program::KernelId> out;
+    for (const std::string& text : split(a->text)) {
+      std::string why;
+      std::optional<program::KernelId> k = program::parse_kernel_id(text, &why);
+      if (!k) fail(detail::describe(op) + ": " + name + " '" + text + "': " + why);
+      out.push_back(*k);
+    }
+    if (out.size() != formats) fail(detail::describe(op) + ": " + name + " names a kernel per format");
+    return out;
+  }
+  // The packed formats the schedule gave the op kernels for: its `formats`, else Q8_0.
+  std::vector<ops::DType> formats_attr(const ir::Op& op) const {
+    const ir::Attr* a = op.attr("formats");
+    if (!a) return {ops::DType::Q8_0};
+    std::vector<ops::DType> out;
+    for (const std::string& text : split(a->text)) {
+      std::optional<ops::DType> d = ops::parse_dtype_id(text);
+      if (!d) fail(detail::describe(op) + ": unknown format '" + text + "'");
+      out.push_back(*d);
+    }
+    return out;
+  }
+  static std::vector<std::string> split(const std::string& s) {
+    std::vector<std::string> out(1);
+    for (char c : s) {
+      if (c == ',') out.emplace_back();
+      else out.back() += c;
+    }
+    return out;
   }
 
   void lower_op(const ir::Op& op, std::vector<program::Op>& out) {
@@ -218,9 +247,14 @@ class Lowering {
         p.biases = weights(op.biases);
         p.epilogue = op.epilogue;
         if (op.residual != ir::kNoValue) p.residual = view(op.residual);
-        p.schedule.decode_kernel = kernel_attr(op, "decode_kernel");
-        p.schedule.batch_kernel = kernel_attr(op, "batch_kernel");
-        p.schedule.prefill_kernel = kernel_attr(op, "prefill_kernel");
+      {
+        const std::vector<ops::DType> formats = formats_attr(op);
+        const auto decode = kernel_attr(op, "decode_kernel", formats.size());
+        const auto batch = kernel_attr(op, "batch_kernel", formats.size());
+        const auto prefill = kernel_attr(op, "prefill_kernel", formats.size());
+        p.schedule.formats.clear();
+        for (size_t i = 0; i < formats.size(); ++i) p.schedule.formats.push_back({formats[i], decode[i], batch[i], prefill[i]});
+      }
         p.schedule.rows_per_task = int_attr(op, "rows_per_task");
         p.schedule.tokens_per_task = int_attr(op, "tokens_per_task");
         break;

@@ -21,8 +21,8 @@ constexpr std::array<PassInfo, 8> kPipeline = {{
     // Before fuse_qkv: Q/K/V keep their bias epilogue through the merge.
     {"fuse_epilogues", for_any_target<fuse_epilogues>, "fold bias and residual adds into matmul epilogues"},
     // Before fuse_qkv: gate and up also share an input but belong together.
-    {"fuse_gate_up", for_any_target<fuse_gate_up>, "gate and up matmuls plus silu*mul -> one silu_mul matmul"},
-    {"fuse_qkv", for_any_target<fuse_qkv>, "matmuls sharing an input (Q, K, V) -> one matmul plus column views"},
+    {"fuse_gate_up", fuse_gate_up, "gate and up matmuls plus silu*mul -> one silu_mul matmul"},
+    {"fuse_qkv", fuse_qkv, "matmuls sharing an input (Q, K, V) -> one matmul plus column views"},
     // After all matmul fusions: one quantize per fused input.
     {"insert_quantize", for_any_target<insert_quantize>, "explicit act_q8 quantization of every f32 matmul input"},
     {"fuse_norm_quant", for_any_target<fuse_norm_quant>, "rms_norm followed by quantize -> rms_norm_quant"},

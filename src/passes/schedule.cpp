@@ -1,4 +1,8 @@
 // Pass schedule: kernel variants and thread split for every matmul (see passes.h).
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "lumen/passes/passes.h"
 #include "lumen/target/kernel_registers.h"
 #include "lumen/target/packed_q8_0.h"
@@ -23,6 +27,32 @@ constexpr int64_t kTileN = 4;
 // faster than 64 at 1 and 2 threads (docs/performance.md).
 constexpr int64_t kRowsPerTask = 64;
 constexpr int64_t kTokensPerTask = 256;
+
+// The packed formats of `op`'s weights (target/weight_formats.h), in
+// first-layer order: one set of kernels each. The weights of one layer
+// (fused side by side) must share their format: one kernel reads them all.
+std::vector<ops::DType> packed_formats(const ir::Module& m, const ir::Op& op, Isa target) {
+  std::vector<const ir::Weight*> decls;
+  size_t layers = 1;
+  for (const auto& w : op.weights) {
+    const ir::Weight* decl = m.find_weight(w.name);
+    LUMEN_ASSERT(decl && !decl->types.empty(),
+                 "schedule: " + detail::describe(op) + ": @" + w.name + " is not a weight bound to its types");
+    decls.push_back(decl);
+    if (w.per_layer) layers = std::max(layers, decl->types.size());
+  }
+  std::vector<ops::DType> formats;
+  for (size_t layer = 0; layer < layers; ++layer) {
+    const ops::DType first = packed_format(decls[0]->type_of_layer(static_cast<int64_t>(layer)), target);
+    for (const ir::Weight* decl : decls)
+      if (packed_format(decl->type_of_layer(static_cast<int64_t>(layer)), target) != first)
+        throw ir::IrError("matmul: @" + decls[0]->name + " and @" + decl->name + " are packed in different formats in layer " +
+                              std::to_string(layer) + "; a fused matmul reads one format",
+                          op.line);
+    if (std::find(formats.begin(), formats.end(), first) == formats.end()) formats.push_back(first);
+  }
+  return formats;
+}
 
 }  // namespace
 
@@ -50,29 +80,23 @@ program::KernelId prefill_kernel(Isa target, program::Epilogue e) {
 void schedule(ir::Module& m, Isa target) {
   for_each_op(m.forward, [&m, target](ir::Op& op) {
     if (op.kind != ops::OpId::MatMul) return;
-    // The kernels multiply weights of any weight type (each in its packed
-    // format, target/weight_formats.h) by act_q8 activations; the matmul
-    // rule of the op table (which the verifier applies) refuses other types.
-    for (const auto& w : op.weights) {
-      const ir::Weight* decl = m.find_weight(w.name);
-      LUMEN_ASSERT(decl && ops::row(decl->dtype).weight,
-                   "schedule: " + detail::describe(op) + ": @" + w.name + " is not a declared weight of a weight type");
+    program::Epilogue e = op.epilogue;
+    std::string formats, decode, batch, prefill;
+    for (const ops::DType format : packed_formats(m, op, target)) {
+      const char* sep = formats.empty() ? "" : ",";
+      formats.append(sep).append(ops::id_name(format));
+      decode.append(sep).append(to_string(program::KernelId::gemv(e, format)));
+      batch.append(sep).append(to_string(program::KernelId::batch(e, format)));
+      prefill.append(sep).append(to_string(prefill_kernel(target, e)));
     }
     // insert_quantize, earlier in the pipeline, made every matmul input act_q8.
     LUMEN_ASSERT(!op.operands.empty() && m.forward.type(op.operands[0]).dtype == ir::DType::ActQ8,
                  "schedule: " + detail::describe(op) + ": the input must be act_q8 (run insert_quantize first)");
-    // The decode and batch kernels stream the weights' packed format; the
-    // prefill GEMM reads Q8_0 (the runtime converts other formats per task).
-    const ir::Weight* first = m.find_weight(op.weights.front().name);
-    const ops::DType format = packed_format(first->dtype, target);
-    for (const auto& w : op.weights) {
-      LUMEN_ASSERT(packed_format(m.find_weight(w.name)->dtype, target) == format,
-                   "schedule: " + detail::describe(op) + ": the weights run in different packed formats");
-    }
-    program::Epilogue e = op.epilogue;
-    op.set_attr("decode_kernel", ir::Attr::string(to_string(program::KernelId::gemv(e, format))));
-    op.set_attr("batch_kernel", ir::Attr::string(to_string(program::KernelId::batch(e, format))));
-    op.set_attr("prefill_kernel", ir::Attr::string(to_string(prefill_kernel(target, e))));
+    // The program text's convention: `formats` only when not just Q8_0 (program/serialize.cpp).
+    if (formats != ops::id_name(ops::DType::Q8_0)) op.set_attr("formats", ir::Attr::string(formats));
+    op.set_attr("decode_kernel", ir::Attr::string(decode));
+    op.set_attr("batch_kernel", ir::Attr::string(batch));
+    op.set_attr("prefill_kernel", ir::Attr::string(prefill));
     op.set_attr("rows_per_task", ir::Attr::integer(kRowsPerTask));
     op.set_attr("tokens_per_task", ir::Attr::integer(kTokensPerTask));
   });

@@ -29,6 +29,39 @@ int64_t HParamValues::eval(const Dim& d, int64_t n_tokens) const {
   return *v;
 }
 
+std::optional<DType> Weight::type_of_layer(int64_t layer) const {
+  if (dtypes.size() == 1) return dtypes[0];
+  if (layer < 0 || static_cast<size_t>(layer) >= dtypes.size()) return std::nullopt;
+  return dtypes[static_cast<size_t>(layer)];
+}
+
+std::string layer_tensor_name(std::string_view pattern, int64_t layer) {
+  constexpr std::string_view kIndex = "{i}";
+  std::string out;
+  for (size_t i = 0; i < pattern.size();) {
+    if (pattern.substr(i, kIndex.size()) == kIndex) {
+      out += std::to_string(layer);
+      i += kIndex.size();
+    } else {
+      out += pattern[i++];
+    }
+  }
+  return out;
+}
+
+const MatMulKernels* MatMulSchedule::for_format(DType format) const {
+  for (const MatMulKernels& k : formats)
+    if (k.format == format) return &k;
+  return nullptr;
+}
+
+std::vector<KernelId> MatMulSchedule::kernels() const {
+  std::vector<KernelId> out;
+  for (const MatMulKernels& k : formats)
+    for (const KernelId& id : k.kernels()) out.push_back(id);
+  return out;
+}
+
 const char* to_string(Section s) {
   switch (s) {
     case Section::Pre: return "pre";

@@ -178,10 +178,18 @@ class TextWriter {
     if (op.residual.buffer >= 0) line += " residual=" + word_or_quoted(view(op.residual));
     if (op.epilogue != defaults.epilogue) line += std::string(" epilogue=") + to_string(op.epilogue);
     if (op.kind == OpId::MatMul) {
+      // One kernel per format in each kernel field; `formats` only when not just Q8_0.
       const MatMulSchedule& s = op.schedule;
-      line += " decode_kernel=" + quote(to_string(s.decode_kernel)) +
-              " batch_kernel=" + quote(to_string(s.batch_kernel)) +
-              " prefill_kernel=" + quote(to_string(s.prefill_kernel)) +
+      std::string formats, decode, batch, prefill;
+      for (const MatMulKernels& k : s.formats) {
+        const char* sep = formats.empty() ? "" : ",";
+        formats.append(sep).append(ops::id_name(k.format));
+        decode.append(sep).append(to_string(k.decode_kernel));
+        batch.append(sep).append(to_string(k.batch_kernel));
+        prefill.append(sep).append(to_string(k.prefill_kernel));
+      }
+      if (s.formats.size() != 1 || s.formats[0].format != DType::Q8_0) line += " formats=" + formats;
+      line += " decode_kernel=" + quote(decode) + " batch_kernel=" + quote(batch) + " prefill_kernel=" + quote(prefill) +
               " rows_per_task=" + std::to_string(s.rows_per_task) +
               " tokens_per_task=" + std::to_string(s.tokens_per_task);
     }
@@ -225,16 +233,17 @@ struct Record {
 // have the op's epilogue.
 void check_schedule(int line, const Op& op) {
   if (op.kind != OpId::MatMul) return;
-  const MatMulSchedule& s = op.schedule;
-  const std::pair<const char*, std::pair<KernelId, KernelKind>> slots[] = {
-      {"decode_kernel", {s.decode_kernel, KernelKind::Gemv}},
-      {"batch_kernel", {s.batch_kernel, KernelKind::Batch}},
-      {"prefill_kernel", {s.prefill_kernel, KernelKind::Gemm}}};
-  for (const auto& [field, slot] : slots) {
-    const auto& [kernel, kind] = slot;
-    if (kernel.kind != kind || kernel.epilogue != op.epilogue)
-      fail(line, std::string(field) + " '" + to_string(kernel) + "' is not a " + to_string(kind) + " kernel with the op's epilogue '" +
-                     to_string(op.epilogue) + "'");
+  for (const MatMulKernels& s : op.schedule.formats) {
+    const std::pair<const char*, std::pair<KernelId, KernelKind>> slots[] = {
+        {"decode_kernel", {s.decode_kernel, KernelKind::Gemv}},
+        {"batch_kernel", {s.batch_kernel, KernelKind::Batch}},
+        {"prefill_kernel", {s.prefill_kernel, KernelKind::Gemm}}};
+    for (const auto& [field, slot] : slots) {
+      const auto& [kernel, kind] = slot;
+      if (kernel.kind != kind || kernel.epilogue != op.epilogue)
+        fail(line, std::string(field) + " '" + to_string(kernel) + "' is not a " + to_string(kind) +
+                       " kernel with the op's epilogue '" + to_string(op.epilogue) + "'");
+    }
   }
 }
 
@@ -355,13 +364,21 @@ class RecordReader {
     auto v = get(key);
     return v ? parse_int(*v, r_.line, "'" + key + "'") : fallback;
   }
-  KernelId kernel_field(const std::string& key, const KernelId& fallback) {
+  // A kernel field: one kernel per format, comma-separated; `fallback` for each when absent.
+  std::vector<KernelId> kernel_list(const std::string& key, size_t formats, const KernelId& fallback) {
     auto v = get(key);
-    if (!v) return fallback;
-    std::string why;
-    std::optional<KernelId> k = parse_kernel_id(*v, &why);
-    if (!k) fail(r_.line, "bad kernel '" + *v + "' for '" + key + "': " + why);
-    return *k;
+    if (!v) return std::vector<KernelId>(formats, fallback);
+    std::vector<KernelId> out;
+    for (const std::string& text : split(*v, ',')) {
+      std::string why;
+      std::optional<KernelId> k = parse_kernel_id(text, &why);
+      if (!k) fail(r_.line, "bad kernel '" + text + "' for '" + key + "': " + why);
+      out.push_back(*k);
+    }
+    if (out.size() != formats)
+      fail(r_.line, "'" + key + "' names " + std::to_string(out.size()) + " kernel(s) for " + std::to_string(formats) +
+                        " format(s)");
+    return out;
   }
   bool flag(const std::string& key) {
     std::string v = need(key);
@@ -629,6 +646,8 @@ Program deserialize(std::string_view text) {
           w.dtypes.push_back(parse_dtype(d, r.line));
           if (!ops::row(w.dtypes.back()).weight) fail(r.line, "a weight cannot be " + d);
         }
+      if (w.dtypes.empty()) fail(r.line, "a weight needs its type");
+      if (!w.per_layer && w.dtypes.size() > 1) fail(r.line, "a global weight has one type");
       std::string shape = rd.need("shape");
       if (shape != "_")
         for (const std::string& e : RecordReader::split(shape, '|')) w.shape.push_back(rd.expr(e, "shape"));
@@ -650,9 +669,22 @@ Program deserialize(std::string_view text) {
         op.epilogue = *epilogue;
       }
       MatMulSchedule& s = op.schedule;
-      s.decode_kernel = rd.kernel_field("decode_kernel", s.decode_kernel);
-      s.batch_kernel = rd.kernel_field("batch_kernel", KernelId::batch(op.epilogue));
-      s.prefill_kernel = rd.kernel_field("prefill_kernel", s.prefill_kernel);
+      std::vector<DType> formats = {DType::Q8_0};
+      if (auto f = rd.get("formats")) {
+        formats.clear();
+        for (const std::string& d : RecordReader::split(*f, ',')) {
+          formats.push_back(parse_dtype(d, r.line));
+          if (!ops::row(formats.back()).weight) fail(r.line, "a packed weight format cannot be " + d);
+          for (size_t i = 0; i + 1 < formats.size(); ++i)
+            if (formats[i] == formats.back()) fail(r.line, "format " + d + " named twice");
+        }
+      }
+      const std::vector<KernelId> decode = rd.kernel_list("decode_kernel", formats.size(), KernelId{});
+      const std::vector<KernelId> batch = rd.kernel_list("batch_kernel", formats.size(), KernelId::batch(op.epilogue));
+      const std::vector<KernelId> prefill =
+          rd.kernel_list("prefill_kernel", formats.size(), MatMulKernels{}.prefill_kernel);
+      s.formats.clear();
+      for (size_t i = 0; i < formats.size(); ++i) s.formats.push_back({formats[i], decode[i], batch[i], prefill[i]});
       s.rows_per_task = rd.integer("rows_per_task", s.rows_per_task);
       s.tokens_per_task = rd.integer("tokens_per_task", s.tokens_per_task);
       op.eps_hparam = rd.hparam_field("eps");

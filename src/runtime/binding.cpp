@@ -11,6 +11,7 @@
 
 #include "lumen/runtime/pack_cache.h"
 #include "lumen/runtime/thread_pool.h"
+#include "lumen/runtime/weight_types_check.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -528,6 +529,7 @@ BoundModel bind_model(const CompiledModel& model, const gguf::File& file, bool r
   BoundModel b;
   b.hparams = resolve_hparams(p, file);
   bind_sizes(p, b);
+  check_weight_types(p, file, b.n_layers);
   bind_weights(p, file, b);
   const PackPlan plan = plan_packing(model, b);
   check_kept_tensors(plan, pool);

@@ -22,16 +22,16 @@ using program::Op;
 using ::lumen::ops::OpId;
 using program::Section;
 
-void Session::Impl::run_matmul(const ROp& r, const PackedMatMul& mm, int64_t n) {
-  const int64_t row_tasks = (mm.rows + r.rows_per_task - 1) / r.rows_per_task;
-  const int64_t token_block = n == 1 ? 1 : r.tokens_per_task;
+void Session::Impl::run_matmul(const ROp& r, const ROp::MatMulKernel& k, const PackedMatMul& mm, int64_t n) {
+  const int64_t row_tasks = (mm.rows + k.rows_per_task - 1) / k.rows_per_task;
+  const int64_t token_block = n == 1 ? 1 : k.tokens_per_task;
   const int64_t token_tasks = (n + token_block - 1) / token_block;
   const int64_t group = pack_row_group(model->isa);
   const bool residual = r.op->epilogue == Epilogue::Residual || r.op->epilogue == Epilogue::BiasResidual;
   const RView& x = r.in[0];
   const RView& y = r.out;
   pool->parallel_for(row_tasks * token_tasks, [&](int64_t task, int) {
-    const int64_t row0 = (task % row_tasks) * r.rows_per_task;
+    const int64_t row0 = (task % row_tasks) * k.rows_per_task;
     const int64_t tok0 = (task / row_tasks) * token_block;
     MatMulArgs args{};
     args.w = mm.w + row0 / group * mm.group_bytes;
@@ -43,12 +43,12 @@ void Session::Impl::run_matmul(const ROp& r, const PackedMatMul& mm, int64_t n) 
     args.y_stride = y.stride / static_cast<int64_t>(sizeof(float));
     args.r_stride = residual ? r.residual.stride / static_cast<int64_t>(sizeof(float)) : 0;
     args.k_blocks = mm.k / kQ8Block;
-    args.m_rows = std::min(r.rows_per_task, mm.rows - row0);
+    args.m_rows = std::min(k.rows_per_task, mm.rows - row0);
     args.n_tokens = std::min(token_block, n - tok0);
-    r.kernel(&args);
+    k.fn(&args);
   });
   if (options.profile) {
-    Profile& prof = profile[r.profile_key];
+    Profile& prof = profile[k.profile_key];
     prof.bytes += static_cast<double>(mm.rows * (r.op->epilogue == Epilogue::SiluMul ? 2 : 1)) *
                   static_cast<double>(row_bytes(DType::Q8_0, mm.k));
     prof.ops += 2.0 * static_cast<double>(mm.rows * (r.op->epilogue == Epilogue::SiluMul ? 2 : 1)) *
@@ -159,7 +159,10 @@ void Session::Impl::run_op(const ROp& r, Section section, size_t index, int64_t 
       pool->parallel_for(rows, [&](int64_t i, int) { quantize_act(r.in[0].f32(i), r.out.act(i), r.in[0].cols); });
       break;
     case OpId::MatMul:
-      run_matmul(r, bound.matmuls[section][index][static_cast<size_t>(section == Section::Layer ? layer : 0)], rows);
+    {
+      const int64_t at = section == Section::Layer ? layer : 0;
+      run_matmul(r, r.matmul_for(at), bound.matmuls[section][index][static_cast<size_t>(at)], rows);
+    }
       break;
     case OpId::Rope: {
       const RView& target = r.out.buffer >= 0 ? r.out : r.in[0];

@@ -96,7 +96,7 @@ struct Session::Impl {
   void run_hidden(const Plan& plan, std::span<const int64_t> rows, float* out);
   void run_post(const Plan& plan, std::span<const int64_t> kept, float* out);
   void run_op(const ROp& r, program::Section section, size_t index, int64_t layer, int64_t take_row);
-  void run_matmul(const ROp& r, const PackedMatMul& mm, int64_t n);
+  void run_matmul(const ROp& r, const ROp::MatMulKernel& k, const PackedMatMul& mm, int64_t n);
   void run_attention(const ROp& r, int64_t layer, int64_t n);
 };
 

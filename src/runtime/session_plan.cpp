@@ -14,6 +14,7 @@
 #include "lumen/ops/op_table.h"
 #include "lumen/quant/quant.h"
 #include "lumen/runtime/kernels.h"
+#include "lumen/target/weight_formats.h"
 #include "session_impl.h"
 
 namespace lumen::runtime {
@@ -155,25 +156,36 @@ const Plan& Session::Impl::plan_for(int64_t n) {
 }
 
 // The rows decide the kernel: one row the GEMV, a few rows (the decode steps
-// of several sequences) the batch kernel, more the prefill GEMM.
+// of several sequences) the batch kernel, more the prefill GEMM; each layer
+// runs the kernels of its weights' packed format (target/weight_formats.h).
 void Session::Impl::choose_kernel(ROp& r, Section s, size_t i, int64_t rows) const {
   const Op& op = *r.op;
   const bool batch = rows >= 2 && rows <= program::KernelId::kBatchMaxTokens;
-  const program::KernelId& id = rows == 1 ? op.schedule.decode_kernel
-                                : batch   ? op.schedule.batch_kernel
-                                          : op.schedule.prefill_kernel;
-  auto k = model->kernels.find(id);
-  if (k == model->kernels.end())
-    throw LoadError("the model has no matmul kernel '" + program::to_string(id) + "' (" + to_string(s) + " op " +
-                    std::to_string(i) + ")");
-  r.kernel = k->second;
-  r.profile_key = "MatMul " + program::to_string(id);
-  // A prefill task covers whole register tiles (a Gemm's tile is the one it
-  // runs): a task that ends inside a tile would run the slower edge body on
-  // every token tile. Other kernels' tasks are whole row groups.
-  const int64_t unit = id.kind == program::KernelKind::Gemm ? id.tile_m : pack_row_group(model->isa);
-  r.rows_per_task = std::max<int64_t>(unit, (op.schedule.rows_per_task + unit - 1) / unit * unit);
-  r.tokens_per_task = std::max<int64_t>(1, op.schedule.tokens_per_task);
+  auto where = [&] { return " (" + std::string(to_string(s)) + " op " + std::to_string(i) + ")"; };
+  r.matmul.clear();
+  for (const program::MatMulKernels& f : op.schedule.formats) {
+    const program::KernelId& id = rows == 1 ? f.decode_kernel : batch ? f.batch_kernel : f.prefill_kernel;
+    auto k = model->kernels.find(id);
+    if (k == model->kernels.end())
+      throw LoadError("the model has no matmul kernel '" + program::to_string(id) + "'" + where());
+    // A prefill task covers whole register tiles (a Gemm's tile is the one it
+    // runs): a task that ends inside a tile would run the slower edge body on
+    // every token tile. Other kernels' tasks are whole row groups.
+    const int64_t unit = id.kind == program::KernelKind::Gemm ? id.tile_m : pack_row_group(model->isa);
+    r.matmul.push_back({k->second, std::max<int64_t>(unit, (op.schedule.rows_per_task + unit - 1) / unit * unit),
+                        std::max<int64_t>(1, op.schedule.tokens_per_task), "MatMul " + program::to_string(id)});
+  }
+  r.profile_key = r.matmul.front().profile_key;
+  // Every layer's weights are of one format (the schedule fused only those).
+  const program::Weight& w = program().weights[static_cast<size_t>(op.weights.at(0))];
+  r.layer_kernel.assign(s == Section::Layer ? static_cast<size_t>(bound.n_layers) : 1, 0);
+  for (size_t layer = 0; layer < r.layer_kernel.size(); ++layer) {
+    const std::optional<DType> type = w.type_of_layer(static_cast<int64_t>(layer));
+    const program::MatMulKernels* f = type ? op.schedule.for_format(packed_format(*type, model->isa)) : nullptr;
+    if (f == nullptr)
+      throw LoadError("the model has no matmul kernels for layer " + std::to_string(layer) + "'s '" + w.name + "'" + where());
+    r.layer_kernel[layer] = static_cast<size_t>(f - op.schedule.formats.data());
+  }
 }
 
 // The post section on gathered rows: batchable when it starts with Last
@@ -228,7 +240,8 @@ void Session::Impl::build_post_template() {
     if (r.out.buffer >= 0) r.out = move(r.out);
     if (r.residual.buffer >= 0) r.residual = move(r.residual);
     if (r.op->kind == OpId::MatMul) {
-      if (model->kernels.count(r.op->schedule.prefill_kernel) == 0) return;
+      for (const program::MatMulKernels& f : r.op->schedule.formats)
+        if (model->kernels.count(f.prefill_kernel) == 0) return;
       for (const PackedMatMul& mm : bound.matmuls[Section::Post][i])
         if (mm.k != r.in[0].cols || mm.rows != r.out.cols) return;
     }

@@ -49,9 +49,20 @@ struct ROp {
   float scalar = 0;  // the op's scalar attribute (Scale's factor, a cap)
   int64_t window = 0, window_pattern = 0;
   int kv_slot = -1;
-  MatMulFn kernel = nullptr;
-  int64_t rows_per_task = 0, tokens_per_task = 0;
   std::string profile_key;
+  // MatMul: the kernel for this plan's rows of each packed format of the
+  // schedule, and each layer's (an index into `matmul` by its weights'
+  // format; one entry outside the layer section).
+  struct MatMulKernel {
+    MatMulFn fn = nullptr;
+    int64_t rows_per_task = 0, tokens_per_task = 0;
+    std::string profile_key;
+  };
+  std::vector<MatMulKernel> matmul;
+  std::vector<size_t> layer_kernel;
+  const MatMulKernel& matmul_for(int64_t layer) const {
+    return matmul[layer_kernel[layer_kernel.size() == 1 ? 0 : static_cast<size_t>(layer)]];
+  }
 };
 
 struct Plan {

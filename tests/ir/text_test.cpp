@@ -1,6 +1,7 @@
 // The IR text form: print(parse(text)) == text, and parse errors name the line.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -96,6 +97,36 @@ void expect_parse_error(std::string text, const std::string& message) {
   } catch (const IrError& e) {
     EXPECT_EQ(std::string(e.what()), message);
   }
+}
+
+// A weight bound to its file's types: one per layer, printed after its names.
+TEST(IrText, BoundWeightTypesRoundTrip) {
+  const std::string text = R"(module m
+
+param n : int = key("m.n")
+
+weight @emb : any[n, n] = "token_embd.weight" types(q5_0)
+weight @down[l] : any[n, n] = "blk.{i}.ffn_down.weight" types(q4_k, q6_k, q4_k)
+weight @norm[l] : f32[n] = "blk.{i}.norm.weight" optional types(f32)
+
+func @forward(%0 : i32[N]) -> f32[N, n] {
+  %1 = embed %0, @emb : (i32[N]) -> f32[N, n]
+  return %1
+}
+)";
+  Module m = parse_module(text);
+  EXPECT_EQ(m.weights[1].types, (std::vector<DType>{DType::Q4_K, DType::Q6_K, DType::Q4_K}));
+  EXPECT_EQ(m.weights[1].type_of_layer(1), DType::Q6_K);
+  EXPECT_EQ(m.weights[0].type_of_layer(7), DType::Q5_0);  // one type: every layer's
+  EXPECT_EQ(print_module(m), text);
+  expect_parse_error("module m\nweight @w : any[2] = \"w\" types(act_q8)\n", "line 2: 'act_q8' is not a weight type");
+  expect_parse_error("module m\nweight @w : any[2] = \"w\" types(any)\n", "line 2: 'any' is not a weight type");
+  // The verifier: a global weight has one type, and a fixed type binds to itself.
+  Module two = parse_module("module m\nweight @w : any[2] = \"w\" types(q8_0, q5_0)\nweight @v : f32[2] = \"v\" "
+                            "types(f16)\nfunc @forward(%0 : i32[N]) -> i32[N] {\n  return %0\n}\n");
+  const std::vector<std::string> problems = verify(two);
+  for (const char* p : {"weight @w: a global weight has one tensor, one type", "weight @v: declared f32, bound to f16"})
+    EXPECT_NE(std::find(problems.begin(), problems.end(), p), problems.end()) << p;
 }
 
 TEST(IrText, ReportsErrorsWithLines) {

@@ -139,8 +139,8 @@ TEST(OpList, EveryOpHasARuleRoundTripsThroughTheProgramTextAndIsRunByTheRuntime)
     program::Program p = base;
     program::Op op;
     op.kind = row.in_program ? row.id : ops::OpId::Add;
-    op.schedule = {program::KernelId::gemv(op.epilogue), program::KernelId::batch(op.epilogue),
-                   program::KernelId::gemm(op.epilogue, 16, 1)};
+    op.schedule.formats = {{ops::DType::Q8_0, program::KernelId::gemv(op.epilogue), program::KernelId::batch(op.epilogue),
+                            program::KernelId::gemm(op.epilogue, 16, 1)}};
     p.post.push_back(op);
     std::string text = program::serialize(p);
     if (row.in_program) {

@@ -146,7 +146,7 @@ std::string mutate(const std::string& s, Rng& rng) {
   auto replace = [&](size_t b, size_t e, const std::string& with) { return s.substr(0, b) + with + s.substr(e); };
   auto tok = [&](size_t i) { return s.substr(t[i].begin, t[i].end - t[i].begin); };
   auto pick = [&](const std::vector<size_t>& v) { return v[rng.below(v.size())]; };
-  static const char* const kDtypes[] = {"f32", "f16", "q8_0", "i32"};
+  static const char* const kDtypes[] = {"any", "f32", "f16", "q8_0", "i32"};
   for (int attempt = 0; attempt < 20; ++attempt) {
     switch (rng.below(13)) {
       case 0: {  // another name
@@ -395,7 +395,7 @@ TEST(Verdict, CheckDumpIrAndCompileGiveOneVerdictToEveryMutant) {
 // dtype token for a different one, so some mutants differ from their base
 // in one dtype and nothing else.
 TEST(Verdict, TheDtypeMutationSwapsOneDtype) {
-  static const char* const kDtypes[] = {"f32", "f16", "q8_0", "i32"};
+  static const char* const kDtypes[] = {"any", "f32", "f16", "q8_0", "i32"};
   int one_dtype_edits = 0;
   for (const Mutant& m : mutants()) {
     const std::string base = read_file(fs::path(LUMEN_SOURCE_DIR) / "dsl" / m.base);
@@ -533,13 +533,25 @@ std::string location(const std::string& name, const std::string& text, const std
 // A matmul weight is a matrix (of any weight type): check refuses a vector
 // at the argument, as compile would (schedule once refused it without a place).
 TEST_F(CliVerdict, CheckRefusesAVectorMatmulWeightWhereItIsUsed) {
-  const std::string text = qwen2_with("wo        : q8_0[n_embd, n_embd]", "wo        : f32[n_embd]");
+  const std::string text = qwen2_with("wo        : any[n_embd, n_embd]", "wo        : f32[n_embd]");
   const fs::path file = dir_ / "qwen2_vector_wo.dsl";
   const Verdict v = run_driver(file.string(), text, Subcommand::Check);
   EXPECT_FALSE(v.accepted);
   EXPECT_EQ(v.first_error, location(file.string(), text, "matmul(a, wo[l])", "wo[l]") +
-                               "'matmul' needs a 2-D weight [rows, row_length] of a weight type, found f32[n_embd]");
+                               "'matmul' needs a 2-D weight [rows, row_length], found f32[n_embd]");
   expect_one_verdict(file, text, dir_ / "qwen2_vector_wo.so");
+}
+
+// A norm weight is f32: check refuses one left to the file (`any`) at the
+// argument, as compile would.
+TEST_F(CliVerdict, CheckRefusesAnAnyNormWeightWhereItIsUsed) {
+  const std::string text = qwen2_with("attn_norm : f32[n_embd]", "attn_norm : any[n_embd]");
+  const fs::path file = dir_ / "qwen2_any_norm.dsl";
+  const Verdict v = run_driver(file.string(), text, Subcommand::Check);
+  EXPECT_FALSE(v.accepted);
+  EXPECT_EQ(v.first_error, location(file.string(), text, "rms_norm(x, attn_norm[l]", "attn_norm[l]") +
+                               "rms_norm weight must be f32[n_embd] to match f32[N, n_embd], found any[n_embd]");
+  expect_one_verdict(file, text, dir_ / "qwen2_any_norm.so");
 }
 
 // A limit of memory planning, not of any one op: the carried value of the

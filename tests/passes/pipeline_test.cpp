@@ -18,6 +18,7 @@
 #include "lumen/ir/text.h"
 #include "lumen/ir/verifier.h"
 #include "lumen/passes/passes.h"
+#include "lumen/target/weight_formats.h"
 #include "support/test_files.h"
 
 namespace {
@@ -256,8 +257,8 @@ std::vector<std::string> describe_ops(const lumen::program::Program& p, const st
     for (int w : op.weights) s += " w=" + p.weights.at(static_cast<size_t>(w)).name;
     for (int b : op.biases) s += " b=" + p.weights.at(static_cast<size_t>(b)).name;
     if (op.kind == lumen::ops::OpId::MatMul) {
-      s += std::string(" epilogue=") + lumen::program::to_string(op.epilogue) + " " + to_string(op.schedule.decode_kernel) +
-           " " + to_string(op.schedule.prefill_kernel);
+      s += std::string(" epilogue=") + lumen::program::to_string(op.epilogue) + " " + to_string(op.schedule.formats[0].decode_kernel) +
+           " " + to_string(op.schedule.formats[0].prefill_kernel);
       if (op.epilogue == lumen::program::Epilogue::Residual) s += " residual=" + view(op.residual);
     }
     if (op.kind == lumen::ops::OpId::Rope || op.kind == lumen::ops::OpId::Attention)
@@ -524,15 +525,15 @@ TEST(Lumenc, ChecksDumpsAndReportsErrors) {
   EXPECT_EQ(out.find("m48n4"), std::string::npos);
 }
 
-// The op table's matmul rule refuses weights of a type that is no weight
-// type, so the verifier does (for IR text; sema for the DSL), and schedule
-// may assume it.
-TEST(Schedule, MatmulsOfNonWeightTypesNeverReachIt) {
+// A matmul of any weight type compiles: the schedule gives it the kernels of
+// its packed format (target/weight_formats.h); a schedule run on weights not
+// bound to their types is a broken promise (the driver binds them first).
+TEST(Schedule, MatmulsTakeTheKernelsOfTheirWeightsPackedFormat) {
   const char* text = R"(module tiny
 param n_embd : int = key("tiny.embedding_length")
 param n_vocab : int = len("tokenizer.ggml.tokens")
-weight @emb : q8_0[n_vocab, n_embd] = "token_embd.weight"
-weight @out : i32[n_vocab, n_embd] = "output.weight"
+weight @emb : any[n_vocab, n_embd] = "token_embd.weight"
+weight @out : f16[n_vocab, n_embd] = "output.weight"
 func @forward(%0 : i32[N]) -> f32[N, n_vocab] {
   %1 = embed %0, @emb : (i32[N]) -> f32[N, n_embd]
   %2 = quantize %1 : (f32[N, n_embd]) -> act_q8[N, n_embd]
@@ -540,16 +541,16 @@ func @forward(%0 : i32[N]) -> f32[N, n_vocab] {
   return %3
 }
 )";
-  try {
-    lumen::driver::compile({"i32.ir", text}, target_options());
-    FAIL() << "no error";
-  } catch (const lumen::driver::Error& e) {
-    const std::string what = e.what();
-    EXPECT_EQ(what.rfind("the IR of 'i32.ir' does not verify: ", 0), 0u) << what;
-    EXPECT_NE(what.find("'matmul' needs a 2-D weight [rows, row_length] of a weight type, found i32[n_vocab, n_embd]"),
-              std::string::npos)
-        << what;
-  }
+  const lumen::driver::Compilation c = lumen::driver::compile({"f16.ir", text}, target_options());
+  int matmuls = 0;
+  for (const auto* ops : {&c.program->pre, &c.program->post})
+    for (const lumen::program::Op& op : *ops)
+      if (op.kind == lumen::ops::OpId::MatMul) {
+        ++matmuls;
+        ASSERT_EQ(op.schedule.formats.size(), 1u);
+        EXPECT_EQ(op.schedule.formats[0].format, lumen::packed_format(lumen::ops::DType::F16, kTarget));
+      }
+  EXPECT_EQ(matmuls, 1);
   Module m = lumen::ir::parse_module(text);
   EXPECT_THROW(lumen::passes::schedule(m, kTarget), lumen::InternalError);
 }

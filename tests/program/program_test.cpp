@@ -69,9 +69,9 @@ TEST(Serialize, Qwen2ProgramParsesWithTheExpectedStructure) {
   EXPECT_EQ(p.layer[1].kind, OpId::MatMul);
   EXPECT_EQ(p.layer[1].weights.size(), 3u);
   EXPECT_EQ(p.layer[1].epilogue, Epilogue::Bias);
-  EXPECT_EQ(p.layer[1].schedule.prefill_kernel, KernelId::gemm(Epilogue::Bias, 48, 4));
-  EXPECT_EQ(p.layer[1].schedule.decode_kernel, KernelId::gemv(Epilogue::Bias));
-  EXPECT_EQ(p.layer[1].schedule.batch_kernel, KernelId::batch(Epilogue::Bias));
+  EXPECT_EQ(p.layer[1].schedule.formats[0].prefill_kernel, KernelId::gemm(Epilogue::Bias, 48, 4));
+  EXPECT_EQ(p.layer[1].schedule.formats[0].decode_kernel, KernelId::gemv(Epilogue::Bias));
+  EXPECT_EQ(p.layer[1].schedule.formats[0].batch_kernel, KernelId::batch(Epilogue::Bias));
   EXPECT_EQ(p.layer[4].kind, OpId::Attention);
   EXPECT_EQ(p.layer[4].inputs.size(), 3u);
   EXPECT_EQ(p.post[2].output.buffer, p.logits_buffer);

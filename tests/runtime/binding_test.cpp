@@ -384,7 +384,8 @@ TEST_F(Binding, TensorRefusals) {
                                              [](std::string& name, gguf::TensorType& type, std::vector<int64_t>&) {
                                                if (name == "blk.0.ffn_norm.weight") type = gguf::TensorType::F16;
                                              })),
-                    "tensor 'blk.0.ffn_norm.weight' has type F16, expected F32");
+                    "model.so was compiled for 'blk.0.ffn_norm.weight' as F32, the file has F16: "
+                    "recompile with --weights");
 }
 
 // The qwen2 program declaring type t for every weight it declares Q8_0 (the
@@ -597,7 +598,7 @@ TEST_F(Binding, MalformedProgramsFailAtLoad) {
   }
   // A kernel the schedule names but the model does not carry.
   auto model_q = std::make_shared<CompiledModel>(*model_);
-  model_q->kernels.erase(model_q->program.layer[1].schedule.decode_kernel);
+  model_q->kernels.erase(model_q->program.layer[1].schedule.formats[0].decode_kernel);
   try {
     Session s(model_q, synth_gguf("good"));
     ADD_FAILURE() << "loaded";

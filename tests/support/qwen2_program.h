@@ -23,7 +23,7 @@ inline program::Program qwen2_program(Isa isa) {
   program::Program p = program::deserialize(text.str());
   for (auto* ops : {&p.pre, &p.layer, &p.post})
     for (program::Op& op : *ops)
-      if (op.kind == ops::OpId::MatMul) op.schedule.prefill_kernel = passes::prefill_kernel(isa, op.epilogue);
+      if (op.kind == ops::OpId::MatMul) for (program::MatMulKernels& f : op.schedule.formats) f.prefill_kernel = passes::prefill_kernel(isa, op.epilogue);
   return p;
 }
 

@@ -10,20 +10,34 @@
 
 namespace lumen::cli {
 
+driver::WeightTypes weight_types_of(const gguf::File& file) {
+  driver::WeightTypes types;
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    const std::optional<ops::DType> d = ops::dtype_of_ggml(static_cast<uint32_t>(t.type));
+    if (!d || !ops::row(*d).weight)
+      throw std::runtime_error("tensor '" + t.name + "' has type " + std::string(gguf::to_string(t.type)) +
+                               ", which Lumen does not read");
+    types.emplace(t.name, *d);
+  }
+  return types;
+}
+
 std::string model_for_gguf(const std::string& gguf_path, const std::optional<std::string>& dsl_dir,
                            std::string_view tool) {
   std::string arch;
+  driver::WeightTypes types;
   try {
     gguf::File file = gguf::File::open(gguf_path);
     auto a = file.get_string("general.architecture");
     if (!a) throw std::runtime_error("'" + gguf_path + "' has no general.architecture");
     arch = *a;
+    types = weight_types_of(file);
   } catch (const gguf::Error& e) {
     throw std::runtime_error(e.what());
   }
   const Isa isa = best_isa(cpu_features());
   try {
-    const driver::CachedModel model = driver::model_for_architecture(arch, isa, driver::dsl_folder(dsl_dir));
+    const driver::CachedModel model = driver::model_for_architecture(arch, isa, driver::dsl_folder(dsl_dir), types);
     if (model.compiled) {
       std::fprintf(stderr, "%s%.*s: compiled %s for %s into %s\n", model.warnings.c_str(),
                    static_cast<int>(tool.size()), tool.data(), model.program.c_str(), to_string(isa),

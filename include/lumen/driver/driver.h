@@ -20,6 +20,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "lumen/common/diagnostics.h"
@@ -48,6 +49,11 @@ struct Source {
   bool is_ir() const;
 };
 
+// The type of every tensor of one GGUF file, by tensor name: what a program
+// is compiled for. The tools read it from the file (the compiler never reads
+// GGUF); compile() binds each weight declaration to it, per layer.
+using WeightTypes = std::map<std::string, ops::DType, std::less<>>;
+
 // How far compile() goes; each stage includes the ones before it.
 enum class Stage : uint8_t {
   Ir,       // the IR: lowered, then the passes up to Options::stop_after
@@ -67,6 +73,9 @@ struct Options {
   // Sees the IR after each pass of the pipeline (`lumenc dump-ir --after=all`).
   std::function<void(const passes::PassInfo&, const ir::Module&)> after_each;
   std::string output;  // Stage::ModelSo: the file to write
+  // The file's tensor types the program is compiled for. Empty: every `any`
+  // weight is Q8_0 (and an IR source keeps the types it states).
+  WeightTypes weight_types;
 };
 
 struct Compilation {
@@ -79,6 +88,12 @@ struct Compilation {
 
 // Runs `source` through the compiler as far as options.stage.
 Compilation compile(const Source& source, const Options& options);
+
+// Binds every weight declaration of `m` to its tensors' types in `types`
+// (each layer's tensor, or its fallback: a tied head takes the embedding's
+// type), or to Q8_0 for `any` when `types` is empty. Error naming the tensor
+// when the file lacks a required one or holds another type than a fixed one.
+void bind_weight_types(ir::Module& m, const WeightTypes& types);
 
 // ------------------------------------------------ programs for GGUF files
 
@@ -97,11 +112,15 @@ struct CachedModel {
   std::string warnings;   // the compile's diagnostics, formatted (when compiled)
 };
 
-// model.so for the program of `arch` in `folder`, compiled for `target`: from
-// the compiled-model cache (common/cache.h's folder, keyed with its hash by
-// the program text, the target and the compiler, i.e. the bytes of this
-// executable), else compiled into it now. Concurrent callers never see half
-// a file.
-CachedModel model_for_architecture(const std::string& arch, Isa target, const std::string& folder);
+// model.so for the program of `arch` in `folder`, compiled for `target` and
+// the file's tensor types `types`: from the compiled-model cache
+// (common/cache.h's folder, keyed with its hash by the program text, the
+// target, the types and the compiler, i.e. the bytes of this executable),
+// else compiled into it now. Concurrent callers never see half a file.
+CachedModel model_for_architecture(const std::string& arch, Isa target, const std::string& folder,
+                                   const WeightTypes& types);
+
+// The key of the compiled-model cache for a program text, target and tensor types.
+uint64_t model_cache_key(std::string_view program_text, Isa target, const WeightTypes& types);
 
 }  // namespace lumen::driver

@@ -80,11 +80,18 @@ struct Weight {
   std::string name;       // DSL name, "wq"
   std::string gguf_name;  // "blk.{i}.attn_q.weight"
   bool per_layer = false;
-  DType dtype = DType::F32;
+  DType dtype = DType::F32;  // as declared: a weight type, or Any (the file's)
   std::vector<Dim> shape;  // DSL order: [rows, row_length]
   std::string fallback;    // gguf name used when gguf_name is absent
   bool optional = false;   // may be absent from the file (ops taking it do without)
+  // The types of its tensors, bound by driver::compile (text: `types(q5_0, q6_k)`):
+  // one per layer for a layer weight bound to a file's types, else one entry
+  // (every layer's); empty until bound. Never Any.
+  std::vector<DType> types;
   int line = 0;
+
+  // The type of layer `layer`'s tensor (layer 0 for a global weight); bound only.
+  DType type_of_layer(int64_t layer) const;
 };
 
 // A use of a weight by an op: `@wq[l]` (this layer's) or `@tok_embd`.

@@ -45,6 +45,9 @@
 //   weight       a weight may be of this type (a GGUF tensor of it binds)
 //   activation   an activation buffer may hold it
 //   in_dsl       may be written in the DSL (act_q8 is made by a pass)
+// Any is not a type of data: a weight declared `any` takes its file's type,
+// per tensor, when driver::compile binds the program to a file's types; the
+// IR holds it until then, a program never (docs/dsl.md, "Weights").
 // Q8_0's and ActQ8's blocks are the kernels' (the runtime static_asserts them); a
 // file type's block is also the GGUF reader's (TypeList test in tests/runtime).
 // The weight types are ggml's (ggml-common.h; include/lumen/quant/blocks.h
@@ -66,7 +69,8 @@
   X(Q5_K, "q5_k", 13, 256, 176, true, false, true)       \
   X(Q6_K, "q6_k", 14, 256, 210, true, false, true)       \
   X(IQ4_NL, "iq4_nl", 20, 32, 18, true, false, true)     \
-  X(IQ4_XS, "iq4_xs", 23, 256, 136, true, false, true)
+  X(IQ4_XS, "iq4_xs", 23, 256, 136, true, false, true)    \
+  X(Any, "any", -1, 1, 0, false, false, true)
 
 // X(Id, name): what a matmul adds to x · Wᵀ. The order is model.so's ABI
 // (its kernel table stores the enumerator's value).

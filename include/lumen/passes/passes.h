@@ -34,15 +34,17 @@ void fuse_epilogues(ir::Module& m);
 /// over {@gate, @up} with the silu_mul epilogue, and any other
 /// `mul(silu(%a), %b)` into one silu_mul op. Intermediate values must have no
 /// other use. Preconditions: infer_shapes, fuse_epilogues (so that Q/K/V keep
-/// their bias epilogues apart from gate/up).
-void fuse_gate_up(ir::Module& m);
+/// their bias epilogues apart from gate/up). Gate and up fuse only when
+/// packed in one format in every layer (target/weight_formats.h).
+void fuse_gate_up(ir::Module& m, Isa target);
 
 /// Merges the matmuls of one block that read the same input with the same
-/// epilogue (none or bias) and weight dtype - Q, K and V - into one matmul
+/// epilogue (none or bias) and packed weight format in every layer
+/// (target/weight_formats.h) - Q, K and V - into one matmul
 /// over the concatenated weight rows (biases concatenated alike); each
 /// original result becomes a `view` of the columns it occupies.
 /// Preconditions: fuse_epilogues, fuse_gate_up.
-void fuse_qkv(ir::Module& m);
+void fuse_qkv(ir::Module& m, Isa target);
 
 /// Makes the activation quantization of the matmul kernels explicit: each
 /// f32 matmul input gets a `quantize` op (one per value and block) and the

@@ -74,11 +74,20 @@ struct Weight {
   std::string name;        // DSL name, "wq"
   std::string gguf_name;   // "blk.{i}.attn_q.weight": {i} is the layer index
   bool per_layer = false;
-  std::vector<DType> dtypes;   // accepted dtypes (Q8_0 for matmuls; F32 for norms and biases)
+  // The types of its tensors, as compiled for one file's (driver::compile):
+  // one per layer where a layer weight's layers differ, else one (every
+  // layer's). Without a file, `any` weights are Q8_0.
+  std::vector<DType> dtypes;
   std::vector<Dim> shape;      // ggml order: shape[0] is the row length
   std::string fallback;        // gguf name used when gguf_name is absent ("token_embd.weight")
   bool optional = false;       // may be absent: bound to null, and the ops taking it do without
+
+  // The type compiled for layer `layer`'s tensor (0 for a global weight);
+  // nullopt past the layers the program was compiled for.
+  std::optional<DType> type_of_layer(int64_t layer) const;
 };
+// The tensor name of `pattern` ("blk.{i}.attn_q.weight") for layer `layer`.
+std::string layer_tensor_name(std::string_view pattern, int64_t layer);
 
 // ------------------------------------------------------------- activations
 // An activation tensor: `rows` x `cols` elements of `dtype`, row-major, at
@@ -170,18 +179,31 @@ bool fits(const KernelId& k, Isa isa, std::string* why = nullptr);
 // names its kernels with it, so profilers and disassemblers show them.
 std::string kernel_symbol(const KernelId& k);
 
-// How one matmul runs: chosen by the scheduling pass, consumed by codegen
-// (kernel generation) and the runtime (kernel choice and thread split).
-struct MatMulSchedule {
+// The kernels of one matmul for the layers whose weights are packed in one
+// format (target/weight_formats.h's packed_format of their type).
+struct MatMulKernels {
+  DType format = DType::Q8_0;  // the packed weight format the kernels read
   KernelId decode_kernel;      // for N == 1
   KernelId batch_kernel;       // for 2 <= N <= KernelId::kBatchMaxTokens (several sequences' decode steps)
   KernelId prefill_kernel;     // for larger N; its tile is the prefill register tile
+
+  std::array<KernelId, 3> kernels() const { return {decode_kernel, batch_kernel, prefill_kernel}; }
+};
+
+// How one matmul runs: chosen by the scheduling pass, consumed by codegen
+// (kernel generation) and the runtime (kernel choice and thread split).
+struct MatMulSchedule {
+  // One set per distinct packed format among its layers, in first-layer
+  // order; the runtime runs a layer on its weights' format's set.
+  std::vector<MatMulKernels> formats = {MatMulKernels{}};
   // The thread split, set by the schedule (src/passes/schedule.cpp); 0 until then.
   int64_t rows_per_task = 0;    // output rows per work item (multiple of the pack row group)
   int64_t tokens_per_task = 0;  // prefill: tokens per work item
 
+  // The set for `format`; nullptr when the schedule has none.
+  const MatMulKernels* for_format(DType format) const;
   // Every kernel the schedule names, for whoever generates or checks them all.
-  std::array<KernelId, 3> kernels() const { return {decode_kernel, batch_kernel, prefill_kernel}; }
+  std::vector<KernelId> kernels() const;
 };
 
 struct Op {
