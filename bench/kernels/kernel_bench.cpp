@@ -109,6 +109,7 @@ struct Weights {
   int64_t stride = 0;  // bytes from one copy to the next
   const uint8_t* copy(int64_t i) const { return pages.data() + (i % copies) * stride; }
   int64_t bytes = 0;  // one copy
+  int64_t block_bytes = kPackedBlockBytes;  // packed_block_bytes(format) of a 32-wide format
   int64_t group_bytes = 0;  // one packed 16-row group (one 32-block or k-quant super-block column)
   double pack_gbs = 0;  // load-time repack speed, best copy
 };

@@ -48,6 +48,7 @@ ScaleFields scale_fields(DType t) {
     case DType::F16:
     case DType::BF16: return {};  // no scales
     case DType::ActQ8:
+    case DType::Any:
     case DType::I32: break;
   }
   LUMEN_INTERNAL_ERROR("check_row: not a weight type");

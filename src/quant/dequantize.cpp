@@ -255,6 +255,7 @@ void dequantize_row(DType t, const void* row, float* y, int64_t n) {
     case DType::IQ4_NL: return iq4_nl(blocks<BlockIQ4_NL>(row), y, nb);
     case DType::IQ4_XS: return iq4_xs(blocks<BlockIQ4_XS>(row), y, nb);
     case DType::ActQ8:
+    case DType::Any:
     case DType::I32: break;
   }
   LUMEN_INTERNAL_ERROR("dequantize_row: not a weight type");

@@ -181,6 +181,7 @@ void quantize_row(ops::DType t, const float* x, void* row, int64_t n) {
     case DType::IQ4_NL: detail::quantize_iq4_nl(x, static_cast<BlockIQ4_NL*>(row), n); return;
     case DType::IQ4_XS: detail::quantize_iq4_xs(x, static_cast<BlockIQ4_XS*>(row), n); return;
     case DType::ActQ8:
+    case DType::Any:
     case DType::I32: break;
   }
   throw std::invalid_argument(std::string("quantize_row: ") + ops::to_string(t) + " is not a weight type");

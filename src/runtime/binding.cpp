@@ -106,16 +106,30 @@ int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 // importance-matrix and ternary types, and anything that is no weight type
 // of the list. Types of the list that are not the declared one get the
 // binding's "expected" message instead.
-void refuse_unrunnable_type(const gguf::TensorInfo& t) {
+std::string type_head(const gguf::TensorInfo& t) {
+  return "tensor '" + t.name + "' has type " + std::string(gguf::to_string(t.type));
+}
+
+// The types no kernel of Lumen's reads, whatever the program: checked over
+// the whole file first, so that their message wins over "compiled for"
+// (a type of the list that is no weight type, I32, is refused per use below).
+void refuse_unrunnable_file_types(const gguf::File& file) {
   using T = gguf::TensorType;
-  const std::string head = "tensor '" + t.name + "' has type " + std::string(gguf::to_string(t.type));
-  switch (t.type) {
-    case T::IQ1_S: case T::IQ1_M: case T::IQ2_XXS: case T::IQ2_XS: case T::IQ2_S: case T::IQ3_XXS: case T::IQ3_S:
-      throw LoadError(head + ", which Lumen does not run (an importance-matrix type)");
-    case T::TQ1_0: case T::TQ2_0:
-      throw LoadError(head + ", which Lumen does not run (a ternary type)");
-    default: break;
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    switch (t.type) {
+      case T::IQ1_S: case T::IQ1_M: case T::IQ2_XXS: case T::IQ2_XS: case T::IQ2_S: case T::IQ3_XXS: case T::IQ3_S:
+        throw LoadError(type_head(t) + ", which Lumen does not run (an importance-matrix type)");
+      case T::TQ1_0: case T::TQ2_0:
+        throw LoadError(type_head(t) + ", which Lumen does not run (a ternary type)");
+      default:
+        if (!::lumen::ops::dtype_of_ggml(static_cast<uint32_t>(t.type)))  // Q8_1, Q8_K, I8, ...
+          throw LoadError(type_head(t) + ", which is not a weight type Lumen runs");
+    }
   }
+}
+
+void refuse_unrunnable_type(const gguf::TensorInfo& t) {
+  const std::string head = type_head(t);
   const std::optional<DType> dt = ::lumen::ops::dtype_of_ggml(static_cast<uint32_t>(t.type));
   if (!dt || !::lumen::ops::row(*dt).weight)
     throw LoadError(head + ", which is not a weight type Lumen runs");
@@ -529,6 +543,7 @@ BoundModel bind_model(const CompiledModel& model, const gguf::File& file, bool r
   BoundModel b;
   b.hparams = resolve_hparams(p, file);
   bind_sizes(p, b);
+  refuse_unrunnable_file_types(file);
   check_weight_types(p, file, b.n_layers);
   bind_weights(p, file, b);
   const PackPlan plan = plan_packing(model, b);

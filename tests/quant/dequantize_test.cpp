@@ -130,6 +130,7 @@ float element(DType t, const uint8_t* b, int e) {
       return f16_to_f32(u16_at(b)) * float(ls - 32) * float(kIq4nlValues[j < 16 ? byte & 0xF : byte >> 4]);
     }
     case DType::ActQ8:
+    case DType::Any:
     case DType::I32: break;
   }
   ADD_FAILURE() << "not a weight type";

@@ -456,7 +456,7 @@ TEST_F(Binding, TiedHeadReadsTheEmbeddingsType) {
 // Until the compiler takes the file's types, the program's declared type is the one a tensor must have.
 TEST_F(Binding, ATensorMustHaveTheProgramsDeclaredType) {
   expect_load_error(synth_gguf("q5_0_for_q8_0", of_type(ops::DType::Q5_0)),
-                    "tensor 'token_embd.weight' has type Q5_0, expected Q8_0");
+                    "model.so was compiled for 'token_embd.weight' as Q8_0, the file has Q5_0: recompile with --weights");
   Session s(model_declaring(ops::DType::Q5_0), synth_gguf("q5_0_for_q8_0", of_type(ops::DType::Q5_0)));
   EXPECT_EQ(s.n_vocab(), kVocab);
 }
