@@ -24,37 +24,11 @@ using ops::DType;
 
 constexpr uint32_t kQuantizationVersion = 2;  // ggml's GGML_QNT_VERSION
 
-// The types this tool reads (converts from); any type is copied unchanged.
-bool readable(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0; }
+// The types this tool reads (converts from): every weight type of the list,
+// through the quant library's dequantization (ggml's to_float, exactly).
+bool readable(DType t) { return quant::is_weight_type(t); }
 
-// One row of a readable type as floats (exact widening, as ggml's to_float).
-void row_to_float(DType t, const uint8_t* row, float* y, int64_t n) {
-  switch (t) {
-    case DType::F32: std::memcpy(y, row, static_cast<size_t>(n) * sizeof(float)); return;
-    case DType::F16:
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, row + 2 * i, 2);
-        y[i] = f16_to_f32(h);
-      }
-      return;
-    case DType::BF16:
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, row + 2 * i, 2);
-        const uint32_t bits = uint32_t(h) << 16;
-        std::memcpy(&y[i], &bits, 4);
-      }
-      return;
-    case DType::Q8_0: {
-      std::vector<BlockQ8_0> blocks(static_cast<size_t>(n / kQ8Block));
-      std::memcpy(blocks.data(), row, blocks.size() * sizeof(BlockQ8_0));
-      dequantize_row_q8_0(blocks.data(), y, static_cast<size_t>(n));
-      return;
-    }
-    default: throw std::logic_error("row_to_float: unreadable type");
-  }
-}
+void row_to_float(DType t, const uint8_t* row, float* y, int64_t n) { quant::dequantize_row(t, row, y, n); }
 
 quant::QuantModel model_of(const File& file) {
   quant::QuantModel m;
@@ -115,7 +89,7 @@ QuantizeSummary quantize_file(const QuantizeOptions& options) {
     }
     if (!readable(from)) {
       throw std::runtime_error("tensor '" + tensors[i].name + "': converting from " + ops::id_name(from) +
-                               " is not supported (lumen-gguf reads F32, F16, BF16 and Q8_0)");
+                               " is not supported (lumen-gguf reads the weight types of the type list)");
     }
   }
 
