@@ -61,7 +61,10 @@ std::vector<ops::DType> packed_formats(const ir::Module& m, const ir::Op& op, Is
 // AVX2 gets m16n4 with its fp32 accumulators in memory, whose weights serve
 // four tokens, not m32n2; gate and up (SiluMul) take two groups' registers
 // each: m32n3 on AVX-512.
-program::KernelId prefill_kernel(Isa target, program::Epilogue e) {
+program::KernelId prefill_kernel(Isa target, program::Epilogue e, ops::DType format) {
+  // The other formats prefill with their batch kernel: each row gets the
+  // GEMV's bits (batch invariance), with no conversion to Q8_0.
+  if (format != ops::DType::Q8_0) return program::KernelId::batch(e, format);
   const int64_t mult = e == program::Epilogue::SiluMul ? 2 : 1;
   int64_t best_groups = 1, best_tokens = 1;
   for (int64_t groups = 1; groups <= kTileM / kPackRows; ++groups) {
@@ -87,7 +90,7 @@ void schedule(ir::Module& m, Isa target) {
       formats.append(sep).append(ops::id_name(format));
       decode.append(sep).append(to_string(program::KernelId::gemv(e, format)));
       batch.append(sep).append(to_string(program::KernelId::batch(e, format)));
-      prefill.append(sep).append(to_string(prefill_kernel(target, e)));
+      prefill.append(sep).append(to_string(prefill_kernel(target, e, format)));
     }
     // insert_quantize, earlier in the pipeline, made every matmul input act_q8.
     LUMEN_ASSERT(!op.operands.empty() && m.forward.type(op.operands[0]).dtype == ir::DType::ActQ8,

@@ -240,10 +240,17 @@ void check_schedule(int line, const Op& op) {
         {"prefill_kernel", {s.prefill_kernel, KernelKind::Gemm}}};
     for (const auto& [field, slot] : slots) {
       const auto& [kernel, kind] = slot;
-      if (kernel.kind != kind || kernel.epilogue != op.epilogue)
+      // A prefill may run the batch kernel (formats with no GEMM).
+      const bool chunked = kind == KernelKind::Gemm && kernel == s.batch_kernel;
+      if ((kernel.kind != kind && !chunked) || kernel.epilogue != op.epilogue)
         fail(line, std::string(field) + " '" + to_string(kernel) + "' is not a " + to_string(kind) +
-                       " kernel with the op's epilogue '" + to_string(op.epilogue) + "'");
+                       " kernel with the op's epilogue '" + to_string(op.epilogue) + "'" +
+                       (kind == KernelKind::Gemm ? " (nor the batch kernel)" : ""));
     }
+    for (const auto& [field, slot] : slots)
+      if (slot.first.weight != s.format)
+        fail(line, std::string(field) + " '" + to_string(slot.first) + "' does not read the format " +
+                       ops::id_name(s.format) + (slot.second == KernelKind::Gemm ? " (a GEMM reads Q8_0)" : ""));
   }
 }
 

@@ -1,7 +1,7 @@
 // Binding a compiled program to a GGUF file (see binding.h): hparams, checks,
 // architecture, weights by name with dtype and shape checks, and the one-time
-// repacking of matmul weights into the kernels' row-group format (a weight
-// of a type without a native packed format requantized to Q8_0 first).
+// repacking of matmul weights into the kernels' row-group formats (a weight
+// of a type without a packed format of its own converted to Q8_0 first).
 #include "lumen/runtime/binding.h"
 #include "lumen/ops/op_list.h"
 #include "lumen/common/cache.h"
@@ -288,10 +288,16 @@ int64_t bind_matmul(const CompiledModel& model, const program::Op& op, int64_t l
     if (t == nullptr) throw LoadError("matmul weight '" + p.weights[static_cast<size_t>(wi)].name + "' is absent");
     std::vector<int64_t> ne = squeeze(t->ne);
     if (ne.size() > 2) throw LoadError("matmul weight '" + t->name + "' must be a 2-D tensor");
-    // Every packed format is Q8_0 today (target/weight_formats.h), in blocks of 32.
+    // Every packed format is in blocks of 32 (a k-quant type's rows are whole 256-blocks).
     if (ne[0] % kQ8Block != 0)
       throw LoadError("matmul weight '" + t->name + "' has rows of " + std::to_string(ne[0]) +
                       " elements, not a multiple of " + std::to_string(kQ8Block));
+    // The schedule gave the weights of one matmul one format (passes/schedule.cpp).
+    const DType format = packed_format(dtype_of(*t), model.isa);
+    if (wi != op.weights.front() && format != mm.format)
+      throw LoadError("matmul weight '" + t->name + "' is packed as " + ::lumen::ops::id_name(format) +
+                      ", the others of its matmul as " + ::lumen::ops::id_name(mm.format));
+    mm.format = format;
     int64_t rows = ne.size() == 2 ? ne[1] : 1;
     if (mm.k == 0) mm.k = ne[0];
     if (ne[0] != mm.k) throw LoadError("matmul weights of '" + t->name + "' disagree on the row length");
@@ -301,15 +307,11 @@ int64_t bind_matmul(const CompiledModel& model, const program::Op& op, int64_t l
     mm.rows = op.epilogue == Epilogue::SiluMul ? rows : rows_total;
   }
   const int64_t group_rows = pack_row_group(model.isa);
-  int64_t bytes = 0;
-  if (op.epilogue == Epilogue::SiluMul) {
-    if (op.weights.size() != 2) throw LoadError("a SiluMul matmul needs exactly two weights (gate, up)");
-    bytes = 2 * packed_bytes(model.isa, mm.rows, mm.k);
-    mm.group_bytes = 2 * packed_bytes(model.isa, group_rows, mm.k);
-  } else {
-    bytes = packed_bytes(model.isa, mm.rows, mm.k);
-    mm.group_bytes = packed_bytes(model.isa, group_rows, mm.k);
-  }
+  const int64_t mult = op.epilogue == Epilogue::SiluMul ? 2 : 1;
+  if (op.epilogue == Epilogue::SiluMul && op.weights.size() != 2)
+    throw LoadError("a SiluMul matmul needs exactly two weights (gate, up)");
+  const int64_t bytes = mult * packed_bytes(mm.format, mm.rows, mm.k);
+  mm.group_bytes = mult * packed_bytes(mm.format, group_rows, mm.k);
   bool wants_bias = op.epilogue == Epilogue::Bias || op.epilogue == Epilogue::BiasResidual;
   if (wants_bias != !op.biases.empty() || (wants_bias && op.biases.size() != op.weights.size()))
     throw LoadError("a MatMul op's biases do not match its weights and epilogue");
@@ -374,9 +376,11 @@ void release_pages(const PackPlan& plan, bool release_file_pages, const gguf::Te
 
 // The packed bytes are a function of the target's format, the plan (which
 // tensors, in which order, at which offsets), the tensors' types and packed
-// formats and their contents. Bump kPackLayoutVersion whenever pack_q8_0,
-// the requantization or the plan changes its output (2: weights of every type).
-constexpr int kPackLayoutVersion = 2;
+// formats and their contents. Bump kPackLayoutVersion whenever pack_rows,
+// the conversion to Q8_0 or the plan changes its output (2: weights of every
+// type; 3: Q4_0, Q5_0, Q4_K, Q5_K and Q6_K in their own formats, IQ4_NL
+// converted exactly).
+constexpr int kPackLayoutVersion = 3;
 
 PackCacheKey pack_cache_key(const CompiledModel& model, const PackPlan& plan, const BoundModel& b,
                             ThreadPool& pool) {
@@ -399,21 +403,31 @@ PackCacheKey pack_cache_key(const CompiledModel& model, const PackPlan& plan, co
   return PackCacheKey{hash_bytes(desc.data(), desc.size(), 1), hash_bytes(desc.data(), desc.size(), 2)};
 }
 
-// Rows [row0, row0 + rows) of a matmul weight as Q8_0 blocks (k elements a
-// row): in place for a Q8_0 tensor, else dequantized and requantized with
-// ggml's reference quantizer into `buffer` (the packed format of every type
-// is Q8_0 today, target/weight_formats.h).
-const BlockQ8_0* q8_0_rows(const gguf::TensorInfo& t, int64_t row0, int64_t rows, int64_t k,
-                           std::vector<BlockQ8_0>& buffer) {
+// Rows [row0, row0 + rows) of a matmul weight as GGUF blocks of its packed
+// format `format` (k elements a row): in place when that is the tensor's type,
+// else (format Q8_0) converted into `buffer`: exactly where
+// convert_row_to_q8_0 can (IQ4_NL), else dequantized and requantized with
+// ggml's reference quantizer.
+const void* format_rows(DType format, const gguf::TensorInfo& t, int64_t row0, int64_t rows, int64_t k,
+                        std::vector<BlockQ8_0>& buffer) {
   const DType type = dtype_of(t);
+  const int64_t src_bytes = ::lumen::ops::row_bytes(type, k);
+  if (type == format) return t.data + row0 * src_bytes;
+  if (format != DType::Q8_0)
+    throw LoadError("tensor '" + t.name + "' of type " + ::lumen::ops::id_name(type) + " cannot be packed as " +
+                    ::lumen::ops::id_name(format));
   const int64_t row_blocks = k / kQ8Block;
-  if (type == DType::Q8_0) return reinterpret_cast<const BlockQ8_0*>(t.data) + row0 * row_blocks;
   buffer.resize(static_cast<size_t>(rows * row_blocks));
   std::vector<float> values(static_cast<size_t>(k));
-  const int64_t src_bytes = ::lumen::ops::row_bytes(type, k);
   for (int64_t r = 0; r < rows; ++r) {
-    quant::dequantize_row(type, t.data + (row0 + r) * src_bytes, values.data(), k);
-    quantize_row_q8_0_ref(values.data(), buffer.data() + r * row_blocks, static_cast<size_t>(k));
+    const uint8_t* src = t.data + (row0 + r) * src_bytes;
+    BlockQ8_0* out = buffer.data() + r * row_blocks;
+    if (converts_exactly_to_q8_0(type)) {
+      convert_row_to_q8_0(type, src, out, k);
+      continue;
+    }
+    quant::dequantize_row(type, src, values.data(), k);
+    quantize_row_q8_0_ref(values.data(), out, static_cast<size_t>(k));
   }
   return buffer.data();
 }
@@ -498,15 +512,17 @@ void pack_weights(const CompiledModel& model, const PackPlan& plan, bool release
     const program::Op& op = p.ops(job.section)[job.op];
     const PackedMatMul& mm = b.matmuls[job.section][job.op][static_cast<size_t>(job.layer)];
     uint8_t* out = storage + job.offset;
+    const int64_t format_row_bytes = ::lumen::ops::row_bytes(mm.format, mm.k);
     if (piece.weight < 0) {
-      std::vector<BlockQ8_0> joined, converted;
+      std::vector<uint8_t> joined;
+      std::vector<BlockQ8_0> converted;
       for (int wi : op.weights) {
         const gguf::TensorInfo* t = tensor_for(job, wi);
         if ((problem = check(t, 0, rows_of(t)))) return;
-        const BlockQ8_0* q = q8_0_rows(*t, 0, rows_of(t), mm.k, converted);
-        joined.insert(joined.end(), q, q + rows_of(t) * (mm.k / kQ8Block));
+        const auto* q = static_cast<const uint8_t*>(format_rows(mm.format, *t, 0, rows_of(t), mm.k, converted));
+        joined.insert(joined.end(), q, q + rows_of(t) * format_row_bytes);
       }
-      pack_q8_0(model.isa, joined.data(), mm.rows, mm.k, out, 0);
+      pack_rows(mm.format, model.isa, joined.data(), mm.rows, mm.k, out, 0);
       for (int wi : op.weights) release(tensor_for(job, wi), 0, static_cast<int64_t>(tensor_for(job, wi)->n_bytes));
       return;
     }
@@ -514,10 +530,17 @@ void pack_weights(const CompiledModel& model, const PackPlan& plan, bool release
       const gguf::TensorInfo* gate = tensor_for(job, op.weights[0]);
       const gguf::TensorInfo* up = tensor_for(job, op.weights[1]);
       if ((problem = check(gate, piece.row0, piece.rows)) || (problem = check(up, piece.row0, piece.rows))) return;
+      // Gate and up alternate per row group, as the SiluMul epilogue reads them.
       std::vector<BlockQ8_0> gate_q8, up_q8;
-      pack_q8_0_gate_up(model.isa, q8_0_rows(*gate, piece.row0, piece.rows, mm.k, gate_q8),
-                        q8_0_rows(*up, piece.row0, piece.rows, mm.k, up_q8), piece.rows, mm.k,
-                        out + piece.row0 / group_rows * mm.group_bytes);
+      const auto* gate_rows =
+          static_cast<const uint8_t*>(format_rows(mm.format, *gate, piece.row0, piece.rows, mm.k, gate_q8));
+      const auto* up_rows =
+          static_cast<const uint8_t*>(format_rows(mm.format, *up, piece.row0, piece.rows, mm.k, up_q8));
+      for (int64_t r = 0; r < piece.rows; r += group_rows) {
+        const int64_t group = (piece.row0 + r) / group_rows, n = std::min(group_rows, piece.rows - r);
+        pack_rows(mm.format, model.isa, gate_rows + r * format_row_bytes, n, mm.k, out, 2 * group);
+        pack_rows(mm.format, model.isa, up_rows + r * format_row_bytes, n, mm.k, out, 2 * group + 1);
+      }
       release(gate, piece.row0 * src_row_bytes(gate), piece.rows * src_row_bytes(gate));
       release(up, piece.row0 * src_row_bytes(up), piece.rows * src_row_bytes(up));
       return;
@@ -527,8 +550,8 @@ void pack_weights(const CompiledModel& model, const PackPlan& plan, bool release
     const gguf::TensorInfo* t = tensor_for(job, op.weights[static_cast<size_t>(piece.weight)]);
     if ((problem = check(t, piece.row0, piece.rows))) return;
     std::vector<BlockQ8_0> converted;
-    pack_q8_0(model.isa, q8_0_rows(*t, piece.row0, piece.rows, mm.k, converted), piece.rows, mm.k, out,
-              (first_row + piece.row0) / group_rows);
+    pack_rows(mm.format, model.isa, format_rows(mm.format, *t, piece.row0, piece.rows, mm.k, converted), piece.rows,
+              mm.k, out, (first_row + piece.row0) / group_rows);
     release(t, piece.row0 * src_row_bytes(t), piece.rows * src_row_bytes(t));
   });
   for (const std::optional<std::string>& why : problems)

@@ -35,22 +35,22 @@ void Session::Impl::run_matmul(const ROp& r, const ROp::MatMulKernel& k, const P
     const int64_t tok0 = (task / row_tasks) * token_block;
     MatMulArgs args{};
     args.w = mm.w + row0 / group * mm.group_bytes;
-    args.x = x.act(tok0);
-    args.y = y.f32(tok0) + row0;
     args.bias = mm.bias != nullptr ? mm.bias + row0 : nullptr;
-    args.residual = residual ? r.residual.f32(tok0) + row0 : nullptr;
     args.x_stride = x.stride / static_cast<int64_t>(sizeof(ActBlock));
     args.y_stride = y.stride / static_cast<int64_t>(sizeof(float));
     args.r_stride = residual ? r.residual.stride / static_cast<int64_t>(sizeof(float)) : 0;
     args.k_blocks = mm.k / kQ8Block;
     args.m_rows = std::min(k.rows_per_task, mm.rows - row0);
+    args.x = x.act(tok0);
+    args.y = y.f32(tok0) + row0;
+    args.residual = residual ? r.residual.f32(tok0) + row0 : nullptr;
     args.n_tokens = std::min(token_block, n - tok0);
     k.fn(&args);
   });
   if (options.profile) {
     Profile& prof = profile[k.profile_key];
-    prof.bytes += static_cast<double>(mm.rows * (r.op->epilogue == Epilogue::SiluMul ? 2 : 1)) *
-                  static_cast<double>(row_bytes(DType::Q8_0, mm.k));
+    // The packed weights streamed (padding rows included), whatever their format.
+    prof.bytes += static_cast<double>((mm.rows + group - 1) / group * mm.group_bytes);
     prof.ops += 2.0 * static_cast<double>(mm.rows * (r.op->epilogue == Epilogue::SiluMul ? 2 : 1)) *
                 static_cast<double>(mm.k) * static_cast<double>(n);
   }
@@ -218,7 +218,9 @@ void Session::Impl::run_op(const ROp& r, Section section, size_t index, int64_t 
     case OpId::View: LUMEN_INTERNAL_ERROR("a view in the program (its reader refuses one)");
   }
   if (options.profile) {
-    Profile& prof = profile[r.profile_key];
+    // A matmul's time goes to the kernel its layer ran (layers differ in format).
+    const int64_t at = section == Section::Layer ? layer : 0;
+    Profile& prof = profile[op.kind == OpId::MatMul ? r.matmul_for(at).profile_key : r.profile_key];
     prof.calls += 1;
     prof.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }

@@ -97,13 +97,6 @@ void convert_groups(int offset, uint8_t flip, int64_t src_block, const uint8_t* 
 
 }  // namespace
 
-int64_t packed_bytes(ops::DType format, int64_t rows, int64_t k) {
-  if (rows < 0 || k < 0 || k % kQ8Block != 0 || !is_packed_format(format)) {
-    throw std::invalid_argument("packed_bytes: a packed format, k a non-negative multiple of 32");
-  }
-  return (rows + kPackRows - 1) / kPackRows * (k / kQ8Block) * packed_block_bytes(format);
-}
-
 void pack_q4_0(const quant::BlockQ4_0* src, int64_t rows, int64_t k, uint8_t* out, int64_t first_group) {
   pack_rows(ops::DType::Q4_0, src, rows, k, out, first_group);
 }

@@ -1,8 +1,37 @@
-// packed_format: every weight type runs as packed Q8_0 on every ISA.
+// packed_format: the types with a packed layout of their own (kPackedFormats)
+// run in it on every ISA; every other type runs as packed Q8_0.
 #include "lumen/target/weight_formats.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "lumen/target/packed_kquant.h"
 
 namespace lumen {
 
-ops::DType packed_format(ops::DType, Isa) { return ops::DType::Q8_0; }
+ops::DType packed_format(ops::DType weight, Isa) { return is_packed_format(weight) ? weight : ops::DType::Q8_0; }
+
+int64_t packed_bytes(ops::DType format, int64_t rows, int64_t k) {
+  if (has_packed_kquant(format)) return packed_kquant_bytes(format, rows, k);
+  if (rows < 0 || k < 0 || k % kQ8Block != 0 || !is_packed_format(format)) {
+    throw std::invalid_argument("packed_bytes: a packed format, k a non-negative multiple of 32");
+  }
+  return (rows + kPackRows - 1) / kPackRows * (k / kQ8Block) * packed_block_bytes(format);
+}
+
+void pack_rows(ops::DType format, Isa isa, const void* src, int64_t rows, int64_t k, uint8_t* out,
+               int64_t first_group) {
+  switch (format) {
+    case ops::DType::Q8_0:
+      return pack_q8_0(isa, static_cast<const BlockQ8_0*>(src), rows, k, out, first_group);
+    case ops::DType::Q4_0:
+      return pack_q4_0(static_cast<const quant::BlockQ4_0*>(src), rows, k, out, first_group);
+    case ops::DType::Q5_0:
+      return pack_q5_0(static_cast<const quant::BlockQ5_0*>(src), rows, k, out, first_group);
+    default:
+      if (has_packed_kquant(format)) return pack_kquant(format, src, rows, k, out, first_group);
+      throw std::invalid_argument(std::string("pack_rows: ") + ops::id_name(format) + " is not a packed format");
+  }
+}
 
 }  // namespace lumen

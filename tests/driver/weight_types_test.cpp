@@ -65,10 +65,20 @@ TEST(WeightTypes, AnyWeightsTakeTheFilesTypesPerLayer) {
   EXPECT_EQ(weight(p, "attn_norm").dtypes, (std::vector<DType>{DType::F32}));
   EXPECT_EQ(weight(p, "tok_embd").dtypes, (std::vector<DType>{DType::Q5_0}));
   EXPECT_EQ(weight(p, "output").dtypes, (std::vector<DType>{DType::Q5_0}));  // tied: the embedding's type
-  // Every format packs to one format today, so one kernel set per matmul.
+  // One kernel set per packed format among a matmul's layers, each reading
+  // its format: ffn_down has two (Q4_K in layer 0, Q6_K after), the others
+  // one (Q5_0), and each prefills with its batch kernel.
   for (const program::Op& op : p.layer)
     if (op.kind == ops::OpId::MatMul) {
-      EXPECT_EQ(op.schedule.formats.size(), 1u);
+      const bool down = p.weights[static_cast<size_t>(op.weights[0])].name == "wdown";
+      std::vector<DType> formats;
+      for (const program::MatMulKernels& k : op.schedule.formats) {
+        formats.push_back(k.format);
+        EXPECT_EQ(k.decode_kernel, program::KernelId::gemv(op.epilogue, k.format));
+        EXPECT_EQ(k.prefill_kernel, program::KernelId::batch(op.epilogue, k.format));
+      }
+      const std::vector<DType> want = down ? std::vector<DType>{DType::Q4_K, DType::Q6_K} : std::vector<DType>{DType::Q5_0};
+      EXPECT_EQ(formats, want);
     }
 
   // Without a file, `any` is Q8_0: the program of a Q8_0 file is that one.
@@ -99,16 +109,18 @@ TEST(WeightTypes, TheTypesRoundTripThroughTheIrAndTheProgramText) {
             std::string::npos);
   EXPECT_EQ(program::serialize(program::deserialize(text)), text);
   // Two packed formats: a kernel set each, in the text as lists.
-  program::Program two = p;
-  for (program::Op& op : two.layer)
-    if (op.kind == ops::OpId::MatMul) {
-      program::MatMulKernels other = op.schedule.formats[0];
-      other.format = DType::Q5_0;
-      op.schedule.formats.push_back(other);
-    }
-  const std::string two_text = program::serialize(two);
-  EXPECT_NE(two_text.find(" formats=Q8_0,Q5_0 decode_kernel=\"gemv.bias,gemv.bias\""), std::string::npos);
-  EXPECT_EQ(program::serialize(program::deserialize(two_text)), two_text);
+  EXPECT_NE(text.find(" formats=Q4_K,Q6_K decode_kernel=\"gemv.q4_k.residual,gemv.q6_k.residual\""), std::string::npos)
+      << text;
+  // A kernel that reads another format than its set's is refused.
+  program::Program wrong = p;
+  for (program::Op& op : wrong.layer)
+    if (op.kind == ops::OpId::MatMul) op.schedule.formats[0].decode_kernel = program::KernelId::gemv(op.epilogue);
+  try {
+    program::deserialize(program::serialize(wrong));
+    FAIL() << "read a Q8_0 kernel for another format";
+  } catch (const program::ParseError& e) {
+    EXPECT_NE(std::string(e.what()).find("does not read the format"), std::string::npos) << e.what();
+  }
 }
 
 TEST(WeightTypes, AFileThatLacksATensorOrDisagreesWithAFixedTypeIsRefused) {

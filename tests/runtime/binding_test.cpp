@@ -23,6 +23,10 @@
 #include "lumen/quant/blocks.h"
 #include "lumen/quant/quant.h"
 #include "lumen/runtime/binding.h"
+#include "lumen/passes/passes.h"
+#include "lumen/target/packed_4bit.h"
+#include "lumen/target/weight_formats.h"
+#include "lumen/target/packed_kquant.h"
 #include "lumen/runtime/session.h"
 #include "lumen/runtime/thread_pool.h"
 #include "runtime_support.h"
@@ -60,9 +64,11 @@ struct SynthOptions {
   bool output_is_embedding_copy = false;                    // output.weight gets token_embd's bytes
   // The type of the tensors that are Q8_0 by default (the matmul weights and
   // the embedding), their random blocks made with weight_bytes; with
-  // as_dequantized_f32 they are written as F32 holding those blocks' values.
+  // as_dequantized_f32 they are written as F32 holding those blocks' values,
+  // with as_exact_q8_0 as Q8_0 holding them exactly (convert_row_to_q8_0).
   gguf::TensorType quant_type = gguf::TensorType::Q8_0;
   bool as_dequantized_f32 = false;
+  bool as_exact_q8_0 = false;
   int64_t embd = kEmbd, ff = kFf;  // 256 and 512 for the 256-element blocks
   std::function<void(const std::string&, std::vector<uint8_t>&)> bytes;  // edit one tensor's bytes
 };
@@ -188,6 +194,13 @@ std::string synth_gguf(const std::string& name, const SynthOptions& o = {}) {
       bytes.assign(reinterpret_cast<const uint8_t*>(values.data()),
                    reinterpret_cast<const uint8_t*>(values.data() + values.size()));
       type = gguf::TensorType::F32;
+    }
+    if (o.as_exact_q8_0 && type == o.quant_type) {
+      std::vector<BlockQ8_0> blocks(static_cast<size_t>(rows * ne[0] / kQ8Block));
+      convert_row_to_q8_0(quant_type, bytes.data(), blocks.data(), rows * ne[0]);
+      bytes.assign(reinterpret_cast<const uint8_t*>(blocks.data()),
+                   reinterpret_cast<const uint8_t*>(blocks.data() + blocks.size()));
+      type = gguf::TensorType::Q8_0;
     }
     if (o.bytes) o.bytes(tname, bytes);
     w.add_tensor(tname, type, ne, bytes);
@@ -390,11 +403,20 @@ TEST_F(Binding, TensorRefusals) {
 
 // The qwen2 program declaring type t for every weight it declares Q8_0 (the
 // DSL's q8_0), as a program compiled for a file of type t declares them.
+// The reference program with its Q8_0 weights declared `t`, and its matmuls
+// given the kernels of t's packed format, as the schedule pass would.
 std::shared_ptr<const CompiledModel> model_declaring(ops::DType t) {
   const Isa isa = best_isa(cpu_features());
   program::Program p = testing::qwen2_program(isa);
   for (program::Weight& w : p.weights)
     if (w.dtypes == std::vector<program::DType>{ops::DType::Q8_0}) w.dtypes = {t};
+  const ops::DType format = packed_format(t, isa);
+  for (std::vector<program::Op>* ops : {&p.pre, &p.layer, &p.post})
+    for (program::Op& op : *ops)
+      if (op.kind == ops::OpId::MatMul && format != ops::DType::Q8_0)
+        op.schedule.formats = {program::MatMulKernels{format, program::KernelId::gemv(op.epilogue, format),
+                                                      program::KernelId::batch(op.epilogue, format),
+                                                      passes::prefill_kernel(isa, op.epilogue, format)}};
   return testing::in_process_model(p, isa);
 }
 
@@ -417,18 +439,23 @@ std::vector<float> logits_of(const std::shared_ptr<const CompiledModel>& model, 
   return std::vector<float>(l.begin(), l.end());
 }
 
-// Every weight type binds (matmul weights and the embedding table) and runs
-// exactly as a file holding its dequantized values as F32 does: both are
-// requantized to Q8_0 from the same floats (the fallback), and the Embed op
-// dequantizes the looked-up rows to the same floats.
-TEST_F(Binding, EveryWeightTypeRunsAsItsDequantizedValues) {
+// Every weight type binds (matmul weights and the embedding table; the Embed
+// op dequantizes the looked-up rows) and runs as its values do:
+// - a type that converts to Q8_0 exactly (Q4_0, Q5_0 in their own packed
+//   formats, IQ4_NL through the fallback) bitwise as a Q8_0 file holding that
+//   conversion: the native kernels' integer block sums and FMA chain are the
+//   Q8_0 kernels';
+// - the other types without a format of their own bitwise as an F32 file
+//   holding their dequantized values (both requantized to Q8_0 from the same
+//   floats);
+// - the k-quants (their own formats, exact weights) within what requantizing
+//   their values to Q8_0 costs the F32 file.
+TEST_F(Binding, EveryWeightTypeRunsAsItsValues) {
   for (const ops::DTypeRow& row : ops::kDTypes) {
     if (!row.weight || row.id == ops::DType::Q8_0 || row.id == ops::DType::F32) continue;
     SCOPED_TRACE(row.name);
     SynthOptions o = of_type(row.id);
     const std::string quantized = synth_gguf(std::string("type_") + row.name, o);
-    o.as_dequantized_f32 = true;
-    const std::string dequantized = synth_gguf(std::string("type_") + row.name + "_f32", o);
     const std::vector<float> got = logits_of(model_declaring(row.id), quantized);
     ASSERT_EQ(got.size(), static_cast<size_t>(kVocab));
     float lo = got[0], hi = got[0];
@@ -438,7 +465,21 @@ TEST_F(Binding, EveryWeightTypeRunsAsItsDequantizedValues) {
       hi = std::max(hi, v);
     }
     EXPECT_GT(hi - lo, 0.01f) << "logits all equal: the model computes nothing";
-    EXPECT_EQ(got, logits_of(model_declaring(ops::DType::F32), dequantized));
+    if (converts_exactly_to_q8_0(row.id)) {
+      o.as_exact_q8_0 = true;
+      EXPECT_EQ(got, logits_of(model_declaring(ops::DType::Q8_0), synth_gguf(std::string("type_") + row.name + "_q8", o)));
+      continue;
+    }
+    o.as_dequantized_f32 = true;
+    const std::vector<float> dequantized =
+        logits_of(model_declaring(ops::DType::F32), synth_gguf(std::string("type_") + row.name + "_f32", o));
+    if (!has_packed_kquant(row.id)) {
+      EXPECT_EQ(got, dequantized);
+      continue;
+    }
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - dequantized[i]));
+    EXPECT_LE(worst, tolerance::kNativeVsRequantizedLogitSpread * (hi - lo)) << "logits in [" << lo << ", " << hi << "]";
   }
 }
 

@@ -56,15 +56,18 @@ void insert_quantize(ir::Module& m);
 void fuse_norm_quant(ir::Module& m);
 
 /// Annotates every matmul with its kernels for `target` and its thread split:
-/// decode_kernel (N == 1), batch_kernel (N = 2..8), prefill_kernel (larger N;
-/// its tile is the register tile the kernel runs on `target`), rows_per_task,
-/// tokens_per_task (kernels as to_string(program::KernelId)).
-/// Weights that are not q8_0 (the op table's matmul rule refuses them) and
-/// an input that is not act_q8 are InternalErrors. Preconditions: all
-/// fusions (the epilogue picks the kernel), insert_quantize.
+/// one set of kernels per packed format of its layers' weights
+/// (target/weight_formats.h): decode_kernel (N == 1), batch_kernel (N = 2..8),
+/// prefill_kernel (larger N), rows_per_task, tokens_per_task (kernels as
+/// to_string(program::KernelId)). An input that is not act_q8, or a weight
+/// not bound to its types, is an InternalError. Preconditions: all fusions
+/// (the epilogue picks the kernel), insert_quantize.
 void schedule(ir::Module& m, Isa target);
-/// The prefill kernel schedule gives a matmul of epilogue `e` on `target`.
-program::KernelId prefill_kernel(Isa target, program::Epilogue e);
+/// The prefill kernel schedule gives a matmul of epilogue `e` whose weights
+/// are packed in `format` on `target`: for Q8_0 the GEMM of the register tile
+/// that fits `target`; for the other formats their batch kernel (which walks
+/// any number of tokens in its token tiles).
+program::KernelId prefill_kernel(Isa target, program::Epilogue e, ops::DType format = ops::DType::Q8_0);
 
 /// Places every activation in one arena: values that share storage (views,
 /// rope in place, a residual matmul writing over its residual, loop-carried

@@ -18,6 +18,7 @@ namespace lumen::runtime {
 // One MatMul op of one layer, ready for the kernels.
 struct PackedMatMul {
   const uint8_t* w = nullptr;  // packed row groups (gate/up alternating for SiluMul)
+  program::DType format = program::DType::Q8_0;  // their packed format (target/weight_formats.h)
   int64_t group_bytes = 0;     // bytes from one row-group position to the next (both halves for SiluMul)
   int64_t rows = 0;            // output rows M (gate rows for SiluMul)
   int64_t k = 0;               // input columns K

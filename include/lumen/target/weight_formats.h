@@ -36,12 +36,23 @@ constexpr int64_t packed_block_bytes(ops::DType format) {
   }
 }
 
-// Bytes of a rows x k matrix in packed `format`, rows padded up to the group.
+// Bytes of a rows x k matrix in packed `format`, rows padded up to the group
+// (every format's groups are kPackRows rows). Throws std::invalid_argument for
+// a type that is not a packed format or a k that is not a multiple of its
+// block (32; 256 for the k-quants).
 int64_t packed_bytes(ops::DType format, int64_t rows, int64_t k);
 
+// Packs `rows` rows of GGUF blocks of type `format` (k elements each) at
+// packed row group `first_group` of `out` in that packed format for `isa`
+// (packed_q8_0.h, packed_4bit.h, packed_kquant.h); rows past `rows` up to
+// the group are zero.
+void pack_rows(ops::DType format, Isa isa, const void* src, int64_t rows, int64_t k, uint8_t* out,
+               int64_t first_group);
+
 // The packed format in which a matmul weight of type `weight` runs on `isa`:
-// the type's own layout where it has native kernels there, else Q8_0 (the
-// weight is converted to Q8_0 once, at load time).
+// the type's own layout where it has native kernels (every packed format has
+// them on every ISA), else Q8_0 (the weight is converted to Q8_0 once, at load
+// time).
 ops::DType packed_format(ops::DType weight, Isa isa);
 
 }  // namespace lumen
