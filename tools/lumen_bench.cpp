@@ -1,6 +1,9 @@
 // lumen-bench: llama-bench's pp and tg tests on a compiled model, with a
 // ceiling beside each row: tg against the probed read bandwidth, pp against
-// the probed int8 dot-product peak of the model's target ISA.
+// the probed int8 dot-product peak of the model's target ISA. The model
+// column names the file type; the `weights:` line the matmul weights' types
+// and the formats the binding packs them in; the peak RSS leaves out the
+// bandwidth probe's buffer.
 //
 // Semantics follow llama-bench: pp<N> is one prompt of N random tokens
 // evaluated as one batch (logits for the last token only); tg<N> is N
@@ -35,6 +38,7 @@
 #include "lumen/target/membw.h"
 #include "lumen/target/weight_formats.h"
 #include "lumen/gguf/gguf.h"
+#include "lumen/program/program.h"
 #include "lumen/quant/file_types.h"
 #include "lumen/runtime/compiled_model.h"
 #include "lumen/runtime/session.h"
@@ -79,13 +83,6 @@ struct MatmulWeight {
   bool last_only;
 };
 
-std::string layer_name(const std::string& pattern, int64_t layer) {
-  std::string out = pattern;
-  for (size_t at = out.find("{i}"); at != std::string::npos; at = out.find("{i}", at))
-    out.replace(at, 3, std::to_string(layer));
-  return out;
-}
-
 std::vector<MatmulWeight> matmul_weights(const Session& s) {
   const auto& prog = s.model().program;
   const auto& g = s.gguf();
@@ -104,8 +101,11 @@ std::vector<MatmulWeight> matmul_weights(const Session& s) {
           add(t != nullptr ? t : g.find_tensor(w.fallback), ops == &prog.post);
           continue;
         }
-        for (int64_t layer = 0; const auto* t = g.find_tensor(layer_name(w.gguf_name, layer)); ++layer)
+        for (int64_t layer = 0;; ++layer) {
+          const auto* t = g.find_tensor(lumen::program::layer_tensor_name(w.gguf_name, layer));
+          if (t == nullptr) break;
           add(t, ops == &prog.post);
+        }
       }
     }
   return out;
@@ -135,7 +135,8 @@ double decode_bytes_per_token(const Session& s, const std::vector<MatmulWeight>&
   const auto* embedding = embedding_table(s);
   if (embedding != nullptr) {
     skip.insert(embedding);
-    if (embedding->ne.size() >= 2 && embedding->ne[1] > 0) bytes += double(embedding->n_bytes) / double(embedding->ne[1]);
+    if (embedding->ne.size() >= 2 && embedding->ne[1] > 0)
+      bytes += double(embedding->n_bytes) / double(embedding->ne[1]);
   }
   for (const auto& t : s.gguf().tensors())
     if (skip.count(&t) == 0) bytes += double(t.n_bytes);
@@ -152,7 +153,12 @@ double matmul_ops(const std::vector<MatmulWeight>& matmuls, int64_t n_prompt) {
 
 // The file type general.file_type names, as llama-quantize spells it ("Q4_K_M").
 std::string file_type_name(const lumen::gguf::File& g) {
-  const std::optional<uint64_t> id = g.get_uint("general.file_type");
+  std::optional<uint64_t> id;
+  try {
+    id = g.get_uint("general.file_type");
+  } catch (const lumen::gguf::Error&) {  // a label only: the file runs without it
+    return "general.file_type not an integer";
+  }
   if (!id) return "no general.file_type";
   for (const auto& ft : lumen::quant::kFileTypes)
     if (uint64_t(ft.id) == *id) return ft.name;
@@ -427,8 +433,8 @@ int main(int argc, char** argv) {
               "\"threads\": %d, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"samples_ts\": [%s], "
               "\"bandwidth_gbs\": %.3f, \"bytes_per_token\": %.0f, \"ceiling_ts\": %.4f, \"gops\": %.3f, "
               "\"int8_peak_gops\": %.3f, \"ceiling_pct\": %.2f, \"load_s\": %.3f, \"pack_s\": %.3f, "
-              "\"pack_cache_mapped\": %s, \"peak_rss_mib\": %.1f, \"peak_rss_includes_probes\": %s, \"weights\": \"%s\", "
-              "\"n_draft\": %lld, \"decode_step_ratio\": %.4f}%s\n",
+              "\"pack_cache_mapped\": %s, \"peak_rss_mib\": %.1f, \"peak_rss_includes_probes\": %s, "
+              "\"weights\": \"%s\", \"n_draft\": %lld, \"decode_step_ratio\": %.4f}%s\n",
               model_desc.c_str(), model->target.c_str(), r.test.c_str(), (long long)r.n_prompt, (long long)r.n_gen,
               r.threads, r.mean, r.sd, samples.c_str(), r.bandwidth_gbs, r.bytes_per_token, r.ceiling_ts, r.gops,
               r.int8_peak_gops, r.ceiling_pct(), load_s, pack_s,
