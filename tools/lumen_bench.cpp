@@ -1,6 +1,9 @@
 // lumen-bench: llama-bench's pp and tg tests on a compiled model, with a
 // ceiling beside each row: tg against the probed read bandwidth, pp against
-// the probed int8 dot-product peak of the model's target ISA.
+// the probed int8 dot-product peak of the model's target ISA. The model
+// column names the file type; the `weights:` line the matmul weights' types
+// and the formats the binding packs them in; the peak RSS leaves out the
+// bandwidth probe's buffer.
 //
 // Semantics follow llama-bench: pp<N> is one prompt of N random tokens
 // evaluated as one batch (logits for the last token only); tg<N> is N
@@ -19,9 +22,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,7 +36,10 @@
 #include "lumen/common/internal_error.h"
 #include "lumen/target/int8_peak.h"
 #include "lumen/target/membw.h"
+#include "lumen/target/weight_formats.h"
 #include "lumen/gguf/gguf.h"
+#include "lumen/program/program.h"
+#include "lumen/quant/file_types.h"
 #include "lumen/runtime/compiled_model.h"
 #include "lumen/runtime/session.h"
 
@@ -67,50 +75,139 @@ void mean_sd(Row& r) {
   r.sd = r.samples_ts.size() > 1 ? std::sqrt(r.sd / (n - 1)) : 0.0;
 }
 
-// Weight bytes a decode step reads: every matmul weight once (packed), every
-// F32 vector, and one row of the embedding table.
-double weight_bytes_per_token(const Session& s) {
-  double bytes = double(s.load_stats().packed_bytes);
+// The tensors the program's matmuls read, each once (a tied head is the
+// embedding table), and whether it runs for the last token only (the post
+// section, after last()).
+struct MatmulWeight {
+  const lumen::gguf::TensorInfo* tensor;
+  bool last_only;
+};
+
+std::vector<MatmulWeight> matmul_weights(const Session& s) {
   const auto& prog = s.model().program;
-  std::string embed_name;
-  for (const auto& op : prog.pre)
-    if (op.kind == lumen::ops::OpId::Embed && !op.weights.empty())
-      embed_name = prog.weights[size_t(op.weights[0])].gguf_name;
-  for (const auto& t : s.gguf().tensors()) {
-    if (t.type == lumen::gguf::TensorType::F32 || t.type == lumen::gguf::TensorType::F16)
-      bytes += double(t.n_bytes);
-    if (t.name == embed_name && t.ne.size() >= 2 && t.ne[1] > 0) bytes += double(t.n_bytes) / double(t.ne[1]);
-  }
-  return bytes;
+  const auto& g = s.gguf();
+  std::vector<MatmulWeight> out;
+  std::set<const lumen::gguf::TensorInfo*> seen;
+  auto add = [&](const lumen::gguf::TensorInfo* t, bool last_only) {
+    if (t != nullptr && seen.insert(t).second) out.push_back(MatmulWeight{t, last_only});
+  };
+  for (const auto* ops : {&prog.pre, &prog.layer, &prog.post})
+    for (const auto& op : *ops) {
+      if (op.kind != lumen::ops::OpId::MatMul) continue;
+      for (int wi : op.weights) {
+        const auto& w = prog.weights[size_t(wi)];
+        if (!w.per_layer) {
+          const auto* t = g.find_tensor(w.gguf_name);
+          add(t != nullptr ? t : g.find_tensor(w.fallback), ops == &prog.post);
+          continue;
+        }
+        for (int64_t layer = 0;; ++layer) {
+          const auto* t = g.find_tensor(lumen::program::layer_tensor_name(w.gguf_name, layer));
+          if (t == nullptr) break;
+          add(t, ops == &prog.post);
+        }
+      }
+    }
+  return out;
 }
 
-// Multiply-adds per prompt token in the matmuls: all weights but the output
-// head, which runs for the last token only (counted once per prompt).
-double matmul_ops(const Session& s, int64_t n_prompt) {
-  const auto& g = s.gguf();
-  double per_token = 0, once = 0;
+// The embedding table the program looks rows up in (null if none).
+const lumen::gguf::TensorInfo* embedding_table(const Session& s) {
   const auto& prog = s.model().program;
-  std::string head_name;
-  if (!prog.post.empty())
-    for (const auto& op : prog.post)
-      if (op.kind == lumen::ops::OpId::MatMul && !op.weights.empty())
-        head_name = prog.weights[size_t(op.weights[0])].gguf_name;
-  const auto* head = g.find_tensor(head_name);
-  if (!head) {  // tied: the fallback name
-    for (const auto& op : prog.post)
-      if (op.kind == lumen::ops::OpId::MatMul && !op.weights.empty())
-        head = g.find_tensor(prog.weights[size_t(op.weights[0])].fallback);
-  }
-  for (const auto& t : g.tensors()) {
-    if (t.type != lumen::gguf::TensorType::Q8_0 || t.ne.size() < 2) continue;
-    if (&t == head) {
-      once += double(t.n_elements);
-    } else if (t.name.rfind("blk.", 0) == 0) {
-      per_token += double(t.n_elements);
+  for (const auto& op : prog.pre)
+    if (op.kind == lumen::ops::OpId::Embed && !op.weights.empty()) {
+      const auto& w = prog.weights[size_t(op.weights[0])];
+      const auto* t = s.gguf().find_tensor(w.gguf_name);
+      return t != nullptr ? t : s.gguf().find_tensor(w.fallback);
     }
+  return nullptr;
+}
+
+// Bytes a decode step of tg<n_gen> streams on average: the matmul weights as
+// the binding packed them (LoadStats::packed_bytes: whatever formats they run
+// in, not the file's), every other tensor but the embedding table (norms,
+// biases), one row of that table, and the KV cache of the (n_gen + 1) / 2
+// positions a step attends on average.
+double decode_bytes_per_token(const Session& s, const std::vector<MatmulWeight>& matmuls, int64_t n_gen) {
+  double bytes = double(s.load_stats().packed_bytes);
+  std::set<const lumen::gguf::TensorInfo*> skip;
+  for (const MatmulWeight& m : matmuls) skip.insert(m.tensor);
+  const auto* embedding = embedding_table(s);
+  if (embedding != nullptr) {
+    skip.insert(embedding);
+    if (embedding->ne.size() >= 2 && embedding->ne[1] > 0)
+      bytes += double(embedding->n_bytes) / double(embedding->ne[1]);
   }
+  for (const auto& t : s.gguf().tensors())
+    if (skip.count(&t) == 0) bytes += double(t.n_bytes);
+  return bytes + double(s.kv_position_bytes()) * double(n_gen + 1) / 2.0;
+}
+
+// Multiply-adds of the matmuls for a prompt of n_prompt tokens: every
+// weight per token, but those after last() (the output head) once.
+double matmul_ops(const std::vector<MatmulWeight>& matmuls, int64_t n_prompt) {
+  double per_token = 0, once = 0;
+  for (const MatmulWeight& m : matmuls) (m.last_only ? once : per_token) += double(m.tensor->n_elements);
   return 2.0 * (per_token * double(n_prompt) + once);
 }
+
+// The file type general.file_type names, as llama-quantize spells it ("Q4_K_M").
+std::string file_type_name(const lumen::gguf::File& g) {
+  std::optional<uint64_t> id;
+  try {
+    id = g.get_uint("general.file_type");
+  } catch (const lumen::gguf::Error&) {  // a label only: the file runs without it
+    return "general.file_type not an integer";
+  }
+  if (!id) return "no general.file_type";
+  for (const auto& ft : lumen::quant::kFileTypes)
+    if (uint64_t(ft.id) == *id) return ft.name;
+  return fmt::format("file type {}", *id);
+}
+
+// "133 Q5_0 + 24 Q8_0 + ...": how many of `types` there are of each, most first.
+std::string type_counts(const std::vector<lumen::ops::DType>& types) {
+  std::map<lumen::ops::DType, int> counts;
+  for (lumen::ops::DType t : types) ++counts[t];
+  std::vector<std::pair<int, lumen::ops::DType>> order;
+  for (const auto& [t, n] : counts) order.emplace_back(-n, t);
+  std::sort(order.begin(), order.end());
+  std::string out;
+  for (const auto& [n, t] : order) out += fmt::format("{}{} {}", out.empty() ? "" : " + ", -n, lumen::ops::id_name(t));
+  return out;
+}
+
+// Peak RSS of loading and running the model, without the bandwidth probe's
+// buffer (1 GiB, more than a small model's weights): VmHWM is read before
+// each probe and reset after it (/proc/self/clear_refs "5"). Where it cannot
+// be reset, the figure includes the probes and says so.
+class PeakRss {
+ public:
+  void before_probe() { peak_kib_ = std::max(peak_kib_, hwm_kib()); }
+  void after_probe() {
+    std::FILE* f = std::fopen("/proc/self/clear_refs", "w");
+    const bool reset = f != nullptr && std::fputs("5", f) >= 0;
+    if (f != nullptr) reset_all_ &= std::fclose(f) == 0 && reset;
+    else reset_all_ = false;
+  }
+  double mib() const { return double(std::max(peak_kib_, hwm_kib())) / 1024.0; }
+  bool includes_probes() const { return !reset_all_; }
+
+ private:
+  static long hwm_kib() {
+    std::FILE* f = std::fopen("/proc/self/status", "r");
+    long kib = -1;
+    char line[256];
+    while (f != nullptr && kib < 0 && std::fgets(line, sizeof line, f)) std::sscanf(line, "VmHWM: %ld kB", &kib);
+    if (f != nullptr) std::fclose(f);
+    if (kib >= 0) return kib;
+    struct rusage ru {};
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss;
+  }
+  long peak_kib_ = 0;
+  bool reset_all_ = true;
+};
 
 std::vector<int32_t> random_tokens(std::mt19937& rng, int64_t n, int64_t n_vocab) {
   std::uniform_int_distribution<int32_t> dist(0, int32_t(n_vocab - 1));
@@ -220,6 +317,14 @@ int main(int argc, char** argv) {
       std::vector<Row> rows;
       std::mt19937 rng(1234);
       std::string model_desc, model_size, params;
+      std::string weights;  // the file type, its matmul weights' types and what they run as
+      PeakRss peak_rss;
+      auto probe_bandwidth = [&](int nt, int repeats) {
+        peak_rss.before_probe();
+        const double gbs = lumen::measure_read_bandwidth(size_t(1) << 30, nt, repeats);
+        peak_rss.after_probe();
+        return gbs;
+      };
       double load_s = 0, pack_s = 0;  // of the first session: what a user waits before the first token
       std::string pack_cache;         // its pack cache status: off, miss, ..., or hit and whether mapped or read
       if (threads.empty()) threads.push_back(0);
@@ -230,15 +335,25 @@ int main(int argc, char** argv) {
         opt.n_ctx = ((max_p + max_n + max_d + 31) / 32) * 32;  // as llama-bench: prompt + generation, padded to 32
         Session s(model, gguf_path, opt);
         const int nt = s.n_threads();
-        const double bw = lumen::measure_read_bandwidth(size_t(1) << 30, nt, 5);
-        const double bpt = weight_bytes_per_token(s);
+        const double bw = probe_bandwidth(nt, 5);
+        const std::vector<MatmulWeight> matmuls = matmul_weights(s);
         if (model_desc.empty()) {
           double n_params = 0, bytes = 0;
           for (const auto& ti : s.gguf().tensors()) {
             n_params += double(ti.n_elements);
             bytes += double(ti.n_bytes);
           }
-          model_desc = model->program.arch + " Q8_0";
+          model_desc = model->program.arch + " " + file_type_name(s.gguf());
+          std::vector<lumen::ops::DType> types, formats;
+          for (const MatmulWeight& m : matmuls) {
+            const std::optional<lumen::ops::DType> t = lumen::ops::dtype_of_ggml(uint32_t(m.tensor->type));
+            if (!t) continue;  // the binding refused such a file already
+            types.push_back(*t);
+            formats.push_back(lumen::packed_format(*t, model->isa));
+          }
+          weights = fmt::format("{} file; matmul weights {}, packed as {} ({})", file_type_name(s.gguf()),
+                                type_counts(types), type_counts(formats),
+                                human_size(double(s.load_stats().packed_bytes)));
           model_size = human_size(bytes);
           params = n_params >= 1e9 ? fmt::format("{:.2f} B", n_params / 1e9) : fmt::format("{:.2f} M", n_params / 1e6);
           load_s = s.load_stats().load_seconds;
@@ -262,7 +377,7 @@ int main(int argc, char** argv) {
           r.int8_peak_gops = std::max(r.int8_peak_gops, lumen::measure_int8_peak(model->isa, nt));
           mean_sd(r);
           r.bandwidth_gbs = bw;
-          r.gops = matmul_ops(s, p) * r.mean / double(p) / 1e9;
+          r.gops = matmul_ops(matmuls, p) * r.mean / double(p) / 1e9;
           rows.push_back(r);
         }
         for (int64_t n : gens) {
@@ -277,13 +392,13 @@ int main(int argc, char** argv) {
           // the pp rows may describe another moment.
           double bw_sum = 0;
           for (int i = 0; i < reps; ++i) {
-            bw_sum += lumen::measure_read_bandwidth(size_t(1) << 30, nt, 3);
+            bw_sum += probe_bandwidth(nt, 3);
             r.samples_ts.push_back(double(n) / run_tg(s, rng, n));
           }
           mean_sd(r);
           r.bandwidth_gbs = bw_sum / reps;
-          r.bytes_per_token = bpt;
-          r.ceiling_ts = r.bandwidth_gbs * 1e9 / bpt;
+          r.bytes_per_token = decode_bytes_per_token(s, matmuls, n);
+          r.ceiling_ts = r.bandwidth_gbs * 1e9 / r.bytes_per_token;
           rows.push_back(r);
         }
         for (int64_t k : drafts) {
@@ -305,8 +420,7 @@ int main(int argc, char** argv) {
         }
       }
 
-      struct rusage ru {};
-      getrusage(RUSAGE_SELF, &ru);
+      const double peak_rss_mib = peak_rss.mib();
       if (format == "json") {
         std::printf("[\n");
         for (size_t i = 0; i < rows.size(); ++i) {
@@ -319,11 +433,13 @@ int main(int argc, char** argv) {
               "\"threads\": %d, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"samples_ts\": [%s], "
               "\"bandwidth_gbs\": %.3f, \"bytes_per_token\": %.0f, \"ceiling_ts\": %.4f, \"gops\": %.3f, "
               "\"int8_peak_gops\": %.3f, \"ceiling_pct\": %.2f, \"load_s\": %.3f, \"pack_s\": %.3f, "
-              "\"pack_cache_mapped\": %s, \"peak_rss_mib\": %.1f, \"n_draft\": %lld, \"decode_step_ratio\": %.4f}%s\n",
+              "\"pack_cache_mapped\": %s, \"peak_rss_mib\": %.1f, \"peak_rss_includes_probes\": %s, "
+              "\"weights\": \"%s\", \"n_draft\": %lld, \"decode_step_ratio\": %.4f}%s\n",
               model_desc.c_str(), model->target.c_str(), r.test.c_str(), (long long)r.n_prompt, (long long)r.n_gen,
               r.threads, r.mean, r.sd, samples.c_str(), r.bandwidth_gbs, r.bytes_per_token, r.ceiling_ts, r.gops,
               r.int8_peak_gops, r.ceiling_pct(), load_s, pack_s,
-              pack_cache.rfind("hit, mapped", 0) == 0 ? "true" : "false", double(ru.ru_maxrss) / 1024.0,
+              pack_cache.rfind("hit, mapped", 0) == 0 ? "true" : "false", peak_rss_mib,
+              peak_rss.includes_probes() ? "true" : "false", weights.c_str(),
               (long long)r.n_draft, r.step_ratio, i + 1 < rows.size() ? "," : "");
         }
         std::printf("]\n");
@@ -333,7 +449,7 @@ int main(int argc, char** argv) {
         for (const Row& r : rows) {
           const std::string roof =
               r.n_draft ? fmt::format("1 + {} rows per pass: {:.2f}x a decode step", r.n_draft, r.step_ratio)
-              : r.n_gen ? fmt::format("{:.1f} MB/tok, ceiling {:.2f} t/s, {:.0f}%", r.bytes_per_token / 1e6,
+              : r.n_gen ? fmt::format("{:.1f} MB/tok streamed, ceiling {:.2f} t/s, {:.0f}%", r.bytes_per_token / 1e6,
                                     r.ceiling_ts, r.ceiling_pct())
                       : fmt::format("{:.1f} GOP/s, int8 peak {:.0f} GOP/s, {:.0f}%", r.gops, r.int8_peak_gops,
                                     r.ceiling_pct());
@@ -341,8 +457,12 @@ int main(int argc, char** argv) {
                       model_size.c_str(), params.c_str(), model->target.c_str(), r.threads, r.test.c_str(), r.mean,
                       r.sd, r.bandwidth_gbs, roof.c_str());
         }
-        std::printf("\nload %.2f s (pack %.2f s, pack cache %s), peak RSS %.1f MiB\n", load_s, pack_s,
-                    pack_cache.c_str(), double(ru.ru_maxrss) / 1024.0);
+        std::printf("\nweights: %s\n", weights.c_str());
+        std::printf("tg roofline: the bytes a decode step streams (the packed matmul weights, the other tensors, "
+                    "one embedding row, the KV cache a step attends on average) at the read GB/s\n");
+        std::printf("load %.2f s (pack %.2f s, pack cache %s), peak RSS %.1f MiB%s\n", load_s, pack_s,
+                    pack_cache.c_str(), peak_rss_mib,
+                    peak_rss.includes_probes() ? " (the bandwidth probes' buffer included)" : "");
       }
 
       if (profile) {

@@ -363,15 +363,34 @@ PackPlan plan_packing(const CompiledModel& model, BoundModel& b) {
   return plan;
 }
 
-// Drops the file pages of [byte0, byte0 + bytes) of a tensor once its rows
-// are packed, unless a non-matmul op reads the tensor in place.
-void release_pages(const PackPlan& plan, bool release_file_pages, const gguf::TensorInfo* t, int64_t byte0,
-                   int64_t bytes) {
-  if (!release_file_pages || plan.kept.count(t) != 0) return;
+// Unmaps the file's pages wholly inside [byte0, byte0 + bytes) of a tensor
+// from this process. The mapping is private and read-only, so a reader
+// faults a dropped page back in from the page cache: safe for any tensor,
+// and what keeps a load from holding the GGUF's pages beside the packed copy.
+void drop_file_pages(bool release_file_pages, const gguf::TensorInfo* t, int64_t byte0, int64_t bytes) {
+  if (!release_file_pages) return;
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   uintptr_t begin = (reinterpret_cast<uintptr_t>(t->data + byte0) + page - 1) / page * page;
   uintptr_t end = reinterpret_cast<uintptr_t>(t->data + byte0 + bytes) / page * page;
   if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+// Drops the file pages of [byte0, byte0 + bytes) of a tensor once its rows
+// are packed, unless a non-matmul op reads the tensor in place.
+void release_pages(const PackPlan& plan, bool release_file_pages, const gguf::TensorInfo* t, int64_t byte0,
+                   int64_t bytes) {
+  if (plan.kept.count(t) == 0) drop_file_pages(release_file_pages, t, byte0, bytes);
+}
+
+// Drops the file pages of every weight of the plan once the load has read
+// them: the tables non-matmul ops read in place (an embedding lookup faults
+// back only its rows), and at the end of a load what reading their
+// neighbours faulted around them and the pages release_pages left (those
+// straddling two pieces, and a tied head's).
+void drop_weight_pages(const PackPlan& plan, bool release_file_pages) {
+  for (const std::set<const gguf::TensorInfo*>* tensors : {&plan.kept, &plan.packed})
+    for (const gguf::TensorInfo* t : *tensors)
+      if (t != nullptr) drop_file_pages(release_file_pages, t, 0, static_cast<int64_t>(t->n_bytes));
 }
 
 // The packed bytes are a function of the target's format, the plan (which
@@ -382,8 +401,11 @@ void release_pages(const PackPlan& plan, bool release_file_pages, const gguf::Te
 // converted exactly).
 constexpr int kPackLayoutVersion = 3;
 
+// Each tensor's pages are dropped once it is hashed (drop_file_pages): a
+// hit then never holds the GGUF's weights beside the cache's, and a miss
+// faults each piece back in as it packs it.
 PackCacheKey pack_cache_key(const CompiledModel& model, const PackPlan& plan, const BoundModel& b,
-                            ThreadPool& pool) {
+                            bool release_file_pages, ThreadPool& pool) {
   const Program& p = model.program;
   std::string desc = "lumen packed weights " + std::to_string(kPackLayoutVersion) + " " + model.target + " " +
                      std::to_string(kPackedBlockBytes) + " " + std::to_string(plan.total_bytes) + "\n";
@@ -397,6 +419,7 @@ PackCacheKey pack_cache_key(const CompiledModel& model, const PackPlan& plan, co
       desc += " " + t->name + ":" + std::string(gguf::to_string(t->type)) + ":" +
               to_string(packed_format(dtype_of(*t), model.isa)) + ":" + std::to_string(t->n_bytes) + ":" +
               std::to_string(hash_parallel(t->data, t->n_bytes, 0, pool));
+      drop_file_pages(release_file_pages, t, 0, static_cast<int64_t>(t->n_bytes));
     }
     desc += "\n";
   }
@@ -571,6 +594,7 @@ BoundModel bind_model(const CompiledModel& model, const gguf::File& file, bool r
   bind_weights(p, file, b);
   const PackPlan plan = plan_packing(model, b);
   check_kept_tensors(plan, pool);
+  drop_weight_pages(plan, release_file_pages);
   auto start = std::chrono::steady_clock::now();
   const auto total = static_cast<size_t>(plan.total_bytes);
   b.packed_bytes = static_cast<uint64_t>(plan.total_bytes);
@@ -578,11 +602,7 @@ BoundModel bind_model(const CompiledModel& model, const gguf::File& file, bool r
     b.packed_storage = std::move(storage);
     place_packed(plan, b.packed_storage.get(), b);
     b.pack_cache = "hit";
-    for (const PackJob& job : plan.jobs)
-      for (int wi : p.ops(job.section)[job.op].weights) {
-        const gguf::TensorInfo* t = b.tensor(wi, job.layer);
-        release_pages(plan, release_file_pages, t, 0, static_cast<int64_t>(t->n_bytes));
-      }
+    drop_weight_pages(plan, release_file_pages);
     b.pack_cache_path = cache_path;
     b.pack_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
@@ -591,7 +611,7 @@ BoundModel bind_model(const CompiledModel& model, const gguf::File& file, bool r
   PackCacheKey key;
   bool read_cache = true;  // false once the mapping found the file missing or bad
   if (!pack_cache_dir.empty() && plan.total_bytes > 0) {
-    key = pack_cache_key(model, plan, b, pool);
+    key = pack_cache_key(model, plan, b, release_file_pages, pool);
     cache_path = pack_cache_dir + "/" + key.hex() + ".lumenpack";
     if (map_pack_cache_file) {
       // Mapped in place when intact and (mostly) on 2 MiB pages: weights on
@@ -633,6 +653,7 @@ BoundModel bind_model(const CompiledModel& model, const gguf::File& file, bool r
   b.packed_storage = owned;
   place_packed(plan, storage, b);
   pack_weights(model, plan, release_file_pages, pool, storage, b);
+  drop_weight_pages(plan, release_file_pages);
   if (!cache_path.empty()) {
     const std::string why = write_pack_cache(cache_path, key, storage, total, pool);
     if (why.empty()) {

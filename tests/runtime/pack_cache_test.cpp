@@ -2,7 +2,9 @@
 // a missing, truncated, bit-flipped or foreign-key file is reported as such
 // (never trusted); a mapping that fails is reported so the caller reads the
 // file; a Session misses, then hits (mapped, or read when asked), rebuilds a
-// corrupt or stale file, and computes the same logits in every case.
+// corrupt or stale file, and computes the same logits in every case; a
+// loaded Session maps none of the GGUF's weight pages (the one copy it keeps
+// is the packed one).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -17,6 +19,8 @@
 #include <vector>
 
 #include "lumen/common/cache.h"
+#include "lumen/gguf/gguf.h"
+#include "lumen/runtime/binding.h"
 #include "lumen/runtime/pack_cache.h"
 #include "lumen/runtime/session.h"
 #include "lumen/runtime/thread_pool.h"
@@ -283,6 +287,70 @@ TEST(PackCache, SessionMissesHitsAndRebuilds) {
   EXPECT_EQ(status, "stale");
   EXPECT_EQ(logits(o, &status), want);
   EXPECT_EQ(status, "hit");
+  fs::remove_all(dir);
+}
+
+
+// Whether the page at `addr` is mapped in this process (/proc/self/pagemap's
+// present bit; readable without privileges, unlike the frame number).
+bool page_present(int pagemap, uintptr_t addr, uintptr_t page) {
+  uint64_t entry = 0;
+  EXPECT_EQ(pread(pagemap, &entry, sizeof entry, off_t(addr / page * sizeof entry)), ssize_t(sizeof entry));
+  return (entry >> 63) != 0;
+}
+
+// Pages of the GGUF's quantized tensors this process maps. (After a
+// Session's load an F32 norm read in place maps its neighbours too: the
+// kernel's fault-around. So this looks right after bind_model.)
+size_t mapped_weight_pages(const gguf::File& file) {
+  const int pagemap = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  EXPECT_GE(pagemap, 0);
+  const auto page = uintptr_t(sysconf(_SC_PAGESIZE));
+  size_t mapped = 0, checked = 0;
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    if (t.type == gguf::TensorType::F32) continue;  // norms and biases, read in place
+    const auto begin = (reinterpret_cast<uintptr_t>(t.data) + page - 1) / page * page;
+    const auto end = (reinterpret_cast<uintptr_t>(t.data) + t.n_bytes) / page * page;
+    for (uintptr_t a = begin; a < end; a += page, ++checked) mapped += page_present(pagemap, a, page);
+  }
+  ::close(pagemap);
+  EXPECT_GT(checked, 100u);  // the tiny model's weights span many pages
+  return mapped;
+}
+
+// The tiny model without output.weight: its head is the embedding table,
+// which the embedding lookup also reads in place.
+std::string tied_copy(const fs::path& dir) {
+  const gguf::File in = gguf::File::open(testing::tiny_gguf());
+  gguf::Writer w;
+  for (const gguf::KeyValue& kv : in.metadata()) w.set(kv.key, kv.value);
+  for (const gguf::TensorInfo& t : in.tensors())
+    if (t.name != "output.weight") w.add_tensor(t.name, t.type, t.ne, std::vector<uint8_t>(t.data, t.data + t.n_bytes));
+  const std::string path = (dir / "tied.gguf").string();
+  w.write(path);
+  return path;
+}
+
+// A load reads every weight (hashed for the cache key, checked, packed) but
+// keeps none of the GGUF's pages mapped: the weights are resident once, packed.
+TEST(PackCache, BindingKeepsNoneOfTheGgufsWeightPagesMapped) {
+  const auto model = testing::qwen2_model();
+  const fs::path dir = fresh_dir("pages");
+  ThreadPool pool(2);
+  for (const std::string& path : {testing::tiny_gguf(), tied_copy(dir)}) {
+    SCOPED_TRACE(path);
+    const gguf::File file = gguf::File::open(path);
+    const fs::path cache = dir / fs::path(path).stem();
+    auto check = [&](const std::string& cache_dir, bool map, const char* want_status) {
+      const BoundModel b = bind_model(*model, file, /*release_file_pages=*/true, pool, cache_dir, map);
+      EXPECT_EQ(b.pack_cache, want_status);
+      EXPECT_EQ(mapped_weight_pages(file), 0u) << want_status << (map ? ", mapped" : ", read");
+    };
+    check("", true, "off");
+    check(cache.string(), true, "miss");
+    check(cache.string(), true, "hit");
+    check(cache.string(), false, "hit");
+  }
   fs::remove_all(dir);
 }
 

@@ -66,7 +66,9 @@ struct BoundModel {
 class ThreadPool;
 
 // Throws LoadError. With release_file_pages (only for an mmapped file, never
-// for File::from_memory), the file pages of repacked weights are dropped.
+// for File::from_memory), the file pages of the weights are dropped from this
+// process once the load has read them (hashed, checked or repacked), so it
+// holds one copy of the weights: the packed one, and the rows it reads in place.
 // Repacking runs on `pool`. With a pack_cache_dir, the packed weights are read
 // from its cache file for this model, target and GGUF contents when that file
 // is intact, and written there otherwise (pack_cache.h). An intact file is
