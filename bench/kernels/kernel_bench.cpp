@@ -501,8 +501,8 @@ int main(int argc, char** argv) {
     }
     const bool converts = *format != ops::DType::Q8_0;
     fmt::print("{:<18} {:>9} {:>8} {:>6} | {:>9} {:>8} {:>7}{} | {:>9} {:>8} {:>7}{}\n", "shape", "gemv us", "GB/s",
-               "%bw", "n32 us/t", "GOP/s", "vs gemv", converts ? "   conv" : "", "n512 us/t", "GOP/s", "vs gemv",
-               converts ? "   conv" : "");
+               "%bw", "n32 us/t", "GOP/s", "vs gemv", converts ? "   conv  batch/t" : "", "n512 us/t", "GOP/s",
+               "vs gemv", converts ? "   conv  batch/t" : "");
     for (const Shape& s : shapes) {
       if (std::string(s.name).find(only) == std::string::npos) continue;
       // The GEMV streams `format` (cold). The GEMM of a converted format reads
@@ -566,7 +566,20 @@ int main(int argc, char** argv) {
         per_token[i] = t / double(ns[i]);
         gops[i] = 2 * macs_per_token * double(ns[i]) / t / 1e9;
       }
-      auto share = [&](int i) { return converts ? fmt::format(" {:>5.1f}%", 100 * conv_share[i]) : std::string(); };
+      // What the runtime runs for these formats instead: their batch kernel
+      // over the token tasks, on the cold native copy.
+      double batch_per_token[2] = {0, 0};
+      if (converts) {
+        JitKernel batch_kernel(isa, KernelId::batch(s.epilogue, *format));
+        for (int i = 0; i < 2; ++i)
+          batch_per_token[i] =
+              time_matmul(pool, batch_kernel.fn(), native, s, x, y, bias, ns[i], tokens_per_task, window) /
+              double(ns[i]);
+      }
+      auto share = [&](int i) {
+        return converts ? fmt::format(" {:>5.1f}% {:>8.2f}", 100 * conv_share[i], batch_per_token[i] * 1e6)
+                        : std::string();
+      };
       fmt::print("{:<18} {:>9.1f} {:>8.1f} {:>5.0f}% | {:>9.2f} {:>8.0f} {:>6.3f}x{} | {:>9.2f} {:>8.0f} {:>6.3f}x{}\n",
                  s.name, t_gemv * 1e6, gbs, 100 * gbs / bw_pass, per_token[0] * 1e6, gops[0], per_token[0] / t_gemv,
                  share(0), per_token[1] * 1e6, gops[1], per_token[1] / t_gemv, share(1));
