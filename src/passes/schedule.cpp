@@ -62,9 +62,10 @@ std::vector<ops::DType> packed_formats(const ir::Module& m, const ir::Op& op, Is
 // four tokens, not m32n2; gate and up (SiluMul) take two groups' registers
 // each: m32n3 on AVX-512.
 program::KernelId prefill_kernel(Isa target, program::Epilogue e, ops::DType format) {
-  // The other formats prefill with their batch kernel: each row gets the
-  // GEMV's bits (batch invariance), with no conversion to Q8_0.
-  if (format != ops::DType::Q8_0) return program::KernelId::batch(e, format);
+  // Q4_0 and Q5_0 run the Q8_0 GEMM on each task's rows converted to Q8_0
+  // (exactly: each row keeps the GEMV's bits); the k-quants, which have no
+  // exact conversion, their batch kernel (docs/kernels.md).
+  if (format != ops::DType::Q8_0 && !converts_exactly_to_q8_0(format)) return program::KernelId::batch(e, format);
   const int64_t mult = e == program::Epilogue::SiluMul ? 2 : 1;
   int64_t best_groups = 1, best_tokens = 1;
   for (int64_t groups = 1; groups <= kTileM / kPackRows; ++groups) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "lumen/program/program.h"
+#include "lumen/target/weight_formats.h"
 #include "lumen/common/quote.h"
 
 namespace lumen::program {
@@ -247,10 +248,13 @@ void check_schedule(int line, const Op& op) {
                        " kernel with the op's epilogue '" + to_string(op.epilogue) + "'" +
                        (kind == KernelKind::Gemm ? " (nor the batch kernel)" : ""));
     }
-    for (const auto& [field, slot] : slots)
-      if (slot.first.weight != s.format)
+    for (const auto& [field, slot] : slots) {
+      // A GEMM reads Q8_0: a set of a format that converts to it exactly may name one.
+      const bool converted = slot.first.kind == KernelKind::Gemm && converts_exactly_to_q8_0(s.format);
+      if (slot.first.weight != s.format && !converted)
         fail(line, std::string(field) + " '" + to_string(slot.first) + "' does not read the format " +
-                       ops::id_name(s.format) + (slot.second == KernelKind::Gemm ? " (a GEMM reads Q8_0)" : ""));
+                       ops::id_name(s.format));
+    }
   }
 }
 

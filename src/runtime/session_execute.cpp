@@ -12,6 +12,7 @@
 #include "lumen/common/numeric.h"
 #include "lumen/quant/quant.h"
 #include "lumen/runtime/kernels.h"
+#include "lumen/target/packed_4bit.h"
 #include "session_impl.h"
 
 namespace lumen::runtime {
@@ -30,7 +31,8 @@ void Session::Impl::run_matmul(const ROp& r, const ROp::MatMulKernel& k, const P
   const bool residual = r.op->epilogue == Epilogue::Residual || r.op->epilogue == Epilogue::BiasResidual;
   const RView& x = r.in[0];
   const RView& y = r.out;
-  pool->parallel_for(row_tasks * token_tasks, [&](int64_t task, int) {
+  const int64_t halves = r.op->epilogue == Epilogue::SiluMul ? 2 : 1;  // gate and up groups alternate
+  pool->parallel_for(row_tasks * token_tasks, [&](int64_t task, int thread) {
     const int64_t row0 = (task % row_tasks) * k.rows_per_task;
     const int64_t tok0 = (task / row_tasks) * token_block;
     MatMulArgs args{};
@@ -41,6 +43,14 @@ void Session::Impl::run_matmul(const ROp& r, const ROp::MatMulKernel& k, const P
     args.r_stride = residual ? r.residual.stride / static_cast<int64_t>(sizeof(float)) : 0;
     args.k_blocks = mm.k / kQ8Block;
     args.m_rows = std::min(k.rows_per_task, mm.rows - row0);
+    if (k.convert_from != DType::Q8_0) {
+      const int64_t groups = (args.m_rows + group - 1) / group * halves;
+      PageBuffer& converted = scratch[static_cast<size_t>(thread)].weights;
+      const auto need = static_cast<size_t>(groups * args.k_blocks * kPackedBlockBytes);
+      if (converted.size() < need) converted = PageBuffer(need);
+      convert_packed_to_q8_0(k.convert_from, model->isa, args.w, groups, args.k_blocks, converted.data());
+      args.w = converted.data();
+    }
     args.x = x.act(tok0);
     args.y = y.f32(tok0) + row0;
     args.residual = residual ? r.residual.f32(tok0) + row0 : nullptr;

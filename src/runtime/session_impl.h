@@ -31,6 +31,7 @@ struct SeqRun {
 struct ThreadScratch {
   std::vector<float> row;      // a normalized row before quantization
   std::vector<float> cos_sin;  // rope angles of one position
+  PageBuffer weights;          // a prefill task's weight rows converted to packed Q8_0
 };
 
 struct Profile {

@@ -155,6 +155,12 @@ const Plan& Session::Impl::plan_for(int64_t n) {
   return plans.emplace(n, std::move(plan)).first->second;
 }
 
+// Rows from which a Q4_0/Q5_0 prefill runs the Q8_0 GEMM on converted rows
+// rather than the batch kernel: lumen-bench-kernels measured the batch
+// kernel faster at 32 tokens on every shape and the converted GEMM faster on
+// Q4_0's at 512 (docs/kernels.md); 64 lies between, not tuned.
+constexpr int64_t kConvertedGemmMinTokens = 64;
+
 // The rows decide the kernel: one row the GEMV, a few rows (the decode steps
 // of several sequences) the batch kernel, more the prefill GEMM; each layer
 // runs the kernels of its weights' packed format (target/weight_formats.h).
@@ -164,7 +170,12 @@ void Session::Impl::choose_kernel(ROp& r, Section s, size_t i, int64_t rows) con
   auto where = [&] { return " (" + std::string(to_string(s)) + " op " + std::to_string(i) + ")"; };
   r.matmul.clear();
   for (const program::MatMulKernels& f : op.schedule.formats) {
-    const program::KernelId& id = rows == 1 ? f.decode_kernel : batch ? f.batch_kernel : f.prefill_kernel;
+    program::KernelId id = rows == 1 ? f.decode_kernel : batch ? f.batch_kernel : f.prefill_kernel;
+    // A GEMM over converted weights converts once per task: below
+    // kConvertedGemmMinTokens the batch kernel is faster (docs/kernels.md).
+    // Both give every row the GEMV's bits.
+    const bool converted = id.kind == program::KernelKind::Gemm && id.weight != f.format;
+    if (converted && rows < kConvertedGemmMinTokens) id = f.batch_kernel;
     auto k = model->kernels.find(id);
     if (k == model->kernels.end())
       throw LoadError("the model has no matmul kernel '" + program::to_string(id) + "'" + where());
@@ -173,7 +184,9 @@ void Session::Impl::choose_kernel(ROp& r, Section s, size_t i, int64_t rows) con
     // every token tile. Other kernels' tasks are whole row groups.
     const int64_t unit = id.kind == program::KernelKind::Gemm ? id.tile_m : pack_row_group(model->isa);
     r.matmul.push_back({k->second, std::max<int64_t>(unit, (op.schedule.rows_per_task + unit - 1) / unit * unit),
-                        std::max<int64_t>(1, op.schedule.tokens_per_task), "MatMul " + program::to_string(id)});
+                        std::max<int64_t>(1, op.schedule.tokens_per_task),
+                        id.kind == program::KernelKind::Gemm && id.weight != f.format ? f.format : DType::Q8_0,
+                        "MatMul " + program::to_string(id)});
   }
   r.profile_key = r.matmul.front().profile_key;
   // Every layer's weights are of one format (the schedule fused only those).

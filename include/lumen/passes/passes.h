@@ -64,9 +64,10 @@ void fuse_norm_quant(ir::Module& m);
 /// (the epilogue picks the kernel), insert_quantize.
 void schedule(ir::Module& m, Isa target);
 /// The prefill kernel schedule gives a matmul of epilogue `e` whose weights
-/// are packed in `format` on `target`: for Q8_0 the GEMM of the register tile
-/// that fits `target`; for the other formats their batch kernel (which walks
-/// any number of tokens in its token tiles).
+/// are packed in `format` on `target`: the Q8_0 GEMM of the register tile
+/// that fits `target` for Q8_0 and the formats that convert to it exactly
+/// (Q4_0, Q5_0: the runtime converts each task's rows); for the k-quants
+/// their batch kernel (which walks any number of tokens in its token tiles).
 program::KernelId prefill_kernel(Isa target, program::Epilogue e, ops::DType format = ops::DType::Q8_0);
 
 /// Places every activation in one arena: values that share storage (views,

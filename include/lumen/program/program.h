@@ -144,8 +144,8 @@ struct KernelId {
   int64_t tile_m = kGemvTileM;  // Gemm: the register tile's rows, a multiple of 16 in [16, 1024]
   int64_t tile_n = kGemvTileN;  // Gemm: the register tile's tokens, in [1, 64]
   // The packed weight format the kernel streams (target/weight_formats.h):
-  // one of kPackedFormats; a Gemm's is Q8_0 (the other formats prefill with
-  // their Batch kernel).
+  // one of kPackedFormats; a Gemm's is Q8_0 (Q4_0 and Q5_0 weights are
+  // converted to it per task; the k-quants prefill with their Batch kernel).
   DType weight = DType::Q8_0;
 
   // A Gemv's and a Batch's tiles are fixed values, not register tiles (codegen
@@ -185,8 +185,9 @@ struct MatMulKernels {
   DType format = DType::Q8_0;  // the packed weight format the kernels read
   KernelId decode_kernel;      // for N == 1
   KernelId batch_kernel;       // for 2 <= N <= KernelId::kBatchMaxTokens (several sequences' decode steps)
-  KernelId prefill_kernel;     // for larger N: a Gemm (Q8_0; its tile is the prefill register tile), or
-                               // batch_kernel (it walks any number of tokens in its token tiles)
+  KernelId prefill_kernel;     // for larger N: a Gemm (Q8_0, its tile the prefill register tile; a set of
+                               // another format converts each task's rows to it), or batch_kernel (it
+                               // walks any number of tokens in its token tiles)
 
   std::array<KernelId, 3> kernels() const { return {decode_kernel, batch_kernel, prefill_kernel}; }
 };
