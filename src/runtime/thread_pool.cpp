@@ -47,7 +47,8 @@ uint64_t job_generation(uint64_t job) { return job >> (2 * kTaskBits); }
 int64_t job_tasks(uint64_t job) { return static_cast<int64_t>((job >> kTaskBits) & kTaskMask); }
 int64_t job_next(uint64_t job) { return static_cast<int64_t>(job & kTaskMask); }
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
+ThreadPool::ThreadPool(int n_threads, bool profile) : n_threads_(n_threads < 1 ? 1 : n_threads), profile_(profile) {
+  if (profile_) last_task_.resize(static_cast<size_t>(n_threads_));
   workers_.reserve(static_cast<size_t>(n_threads_ - 1));
   for (int t = 1; t < n_threads_; ++t) workers_.emplace_back([this, t] { worker_loop(t); });
 }
@@ -70,6 +71,7 @@ void ThreadPool::work(int thread) {
     void* ctx = ctx_.load(std::memory_order_relaxed);
     if (job_.compare_exchange_weak(job, job + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
       fn(ctx, job_next(job), thread);
+      if (profile_) last_task_[static_cast<size_t>(thread)] = {job_generation(job), Clock::now()};
       if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == job_tasks(job)) done_.notify_one();
       job = job_.load(std::memory_order_acquire);
     }
@@ -78,6 +80,7 @@ void ThreadPool::work(int thread) {
 
 void ThreadPool::run(int64_t n_tasks, void* ctx, TaskFn fn) {
   if (n_tasks <= 0) return;
+  if (profile_) ++stats_.calls;
   if (n_threads_ == 1 || n_tasks == 1) {
     for (int64_t t = 0; t < n_tasks; ++t) fn(ctx, t, 0);
     return;
@@ -94,12 +97,13 @@ void ThreadPool::run(int64_t n_tasks, void* ctx, TaskFn fn) {
       auto* o = static_cast<Offset*>(c);
       o->fn(o->ctx, o->first + task, thread);
     };
+    const Clock::time_point fork = profile_ ? Clock::now() : Clock::time_point{};
     ctx_.store(&offset, std::memory_order_relaxed);
     fn_.store(shifted, std::memory_order_relaxed);
     done_.store(0, std::memory_order_relaxed);
     const uint64_t generation = job_generation(job_.load(std::memory_order_relaxed)) + 1;
-    job_.store((generation << (2 * kTaskBits)) | (static_cast<uint64_t>(count) << kTaskBits),
-               std::memory_order_release);
+    const uint64_t job = (generation << (2 * kTaskBits)) | (static_cast<uint64_t>(count) << kTaskBits);
+    job_.store(job, std::memory_order_release);
     job_.notify_all();
     work(0);
     int64_t done = done_.load(std::memory_order_acquire);
@@ -107,6 +111,21 @@ void ThreadPool::run(int64_t n_tasks, void* ctx, TaskFn fn) {
       spin_then_wait(done_, done);
       done = done_.load(std::memory_order_acquire);
     }
+    if (profile_) account_join(job_generation(job), count, fork);
+  }
+}
+
+void ThreadPool::account_join(uint64_t generation, int64_t n_tasks, Clock::time_point fork) {
+  const Clock::time_point release = Clock::now();
+  ++stats_.joins;
+  stats_.joined_tasks += n_tasks;
+  stats_.join_seconds += std::chrono::duration<double>(release - fork).count();
+  for (size_t t = 0; t < last_task_.size(); ++t) {
+    // A thread that ran no task of this job waited from the fork.
+    const Clock::time_point from = last_task_[t].generation == generation ? last_task_[t].at : fork;
+    const double wait = std::chrono::duration<double>(release - from).count();
+    stats_.wait_seconds += wait;
+    if (t == 0) stats_.caller_wait_seconds += wait;
   }
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <thread>
@@ -13,12 +14,29 @@ namespace lumen::runtime {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(int n_threads);  // n_threads >= 1, counting the caller
+  // What a profiling pool measured (Session's --profile). A join is one
+  // fork/join of the workers; parallel_for calls that run inline (one thread,
+  // or one task) are counted as calls only.
+  struct Stats {
+    int64_t calls = 0;         // parallel_for calls with tasks
+    int64_t joins = 0;         // fork/joins (calls that woke the workers)
+    int64_t joined_tasks = 0;  // tasks of those joins
+    double join_seconds = 0;   // wall time from each fork to its join's release
+    // Summed over the threads: from a thread's last task of a join (or the
+    // fork, if it ran none) to the release; the caller's part separately.
+    double wait_seconds = 0;
+    double caller_wait_seconds = 0;
+  };
+
+  // n_threads >= 1, counting the caller. With profile, every join is timed
+  // (stats()); without, the hot path has no clock reads and no extra atomics.
+  explicit ThreadPool(int n_threads, bool profile = false);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
+  const Stats& stats() const { return stats_; }
 
   // Calls body(task, thread) for every task in [0, n_tasks), spread over the
   // threads, and returns when all are done. `thread` is in [0, size()) and
@@ -29,13 +47,27 @@ class ThreadPool {
   }
 
  private:
+  using Clock = std::chrono::steady_clock;
   using TaskFn = void (*)(void*, int64_t, int);
   void run(int64_t n_tasks, void* ctx, TaskFn fn);
   void worker_loop(int thread);
   // Claims and runs tasks of the current job until none is left.
   void work(int thread);
+  // Adds the join of job `generation` (just released) to stats_.
+  void account_join(uint64_t generation, int64_t n_tasks, Clock::time_point fork);
+
+  // When a thread last finished a task, and of which job: written by that
+  // thread before its task's done_ increment, read by the caller after the
+  // join (so ordered by done_), one cache line each.
+  struct alignas(64) LastTask {
+    uint64_t generation = 0;
+    Clock::time_point at;
+  };
 
   int n_threads_;
+  bool profile_;
+  Stats stats_;
+  std::vector<LastTask> last_task_;  // per thread, when profiling
   std::vector<std::thread> workers_;
   // The current job. A claim is a compare-exchange on job_ = generation |
   // task count | next task, so a worker can never run a task of a job other
