@@ -3,7 +3,8 @@
 // claiming one task (a join of many trivial tasks, less the fixed cost, per
 // task). Thread counts above this machine's cores are labelled
 // oversubscribed: their figures include the scheduler's time slices.
-// Each figure is the median of rounds that alternate the thread counts.
+// Rounds alternate the thread counts; each figure is given as the best round
+// (the cost itself, on a shared machine) and the median one.
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
@@ -40,6 +41,8 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+double best(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -50,7 +53,7 @@ int main(int argc, char** argv) {
   app.add_option("-t,--threads", threads, "thread counts (default 1 2 4 8 16)")->check(CLI::Range(1, 1024));
   app.add_option("-j,--joins", joins, "fork/joins timed per figure and round (default 20000)")->check(CLI::Range(1, 100000000));
   app.add_option("--tasks", many, "tasks of the join that times claiming (default 4096)")->check(CLI::Range(2, 1 << 20));
-  app.add_option("-r,--rounds", rounds, "rounds over all thread counts; each figure is their median (default 5)")
+  app.add_option("-r,--rounds", rounds, "rounds over all thread counts (default 5)")
       ->check(CLI::Range(1, 1000));
   CLI11_PARSE(app, argc, argv);
 
@@ -71,14 +74,16 @@ int main(int argc, char** argv) {
       task_s[i].push_back((big - join) / static_cast<double>(many - threads[i]));
     }
 
-  fmt::print("{} logical CPUs; medians of {} rounds; a join of t tasks at t threads, claiming from a join of {} tasks\n\n",
+  fmt::print("{} logical CPUs, {} rounds; a fork/join of t trivial tasks at t threads; claiming: a join of {} tasks\n\n",
              cores, rounds, many);
-  fmt::print("| threads | fork/join (us) | per claimed task (ns) | |\n| ---: | ---: | ---: | --- |\n");
+  fmt::print("| threads | fork/join best (us) | median (us) | per claimed task best (ns) | median (ns) | |\n");
+  fmt::print("| ---: | ---: | ---: | ---: | ---: | --- |\n");
   for (size_t i = 0; i < threads.size(); ++i) {
     const char* note = threads[i] == 1 ? "runs inline: no fork, no join"
                        : threads[i] > cores ? "oversubscribed"
                                            : "";
-    fmt::print("| {} | {:.2f} | {:.1f} | {} |\n", threads[i], 1e6 * median(join_s[i]), 1e9 * median(task_s[i]), note);
+    fmt::print("| {} | {:.2f} | {:.2f} | {:.1f} | {:.1f} | {} |\n", threads[i], 1e6 * best(join_s[i]),
+               1e6 * median(join_s[i]), 1e9 * best(task_s[i]), 1e9 * median(task_s[i]), note);
   }
   return 0;
 }

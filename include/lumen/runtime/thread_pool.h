@@ -1,6 +1,7 @@
 // A persistent pool of worker threads for the executor. Each parallel_for is
 // one fork/join: the caller thread works too, workers spin briefly for the
-// next job and then sleep, and nothing is created per op.
+// next job and then sleep, and nothing is created per op. Each thread starts
+// on its own contiguous range of the tasks, then takes the others' leftovers.
 #pragma once
 
 #include <atomic>
@@ -51,8 +52,13 @@ class ThreadPool {
   using TaskFn = void (*)(void*, int64_t, int);
   void run(int64_t n_tasks, void* ctx, TaskFn fn);
   void worker_loop(int thread);
-  // Claims and runs tasks of the current job until none is left.
-  void work(int thread);
+  // Runs tasks of `job` (a job_ value): its own range, then the others'.
+  void work(int thread, uint64_t job);
+  struct alignas(64) Cursor {
+    std::atomic<uint64_t> word{0};
+  };
+  // Claims the next task of `cursor` if it still holds job `generation`'s range.
+  static bool claim(Cursor& cursor, uint64_t generation, int64_t& task);
   // Adds the join of job `generation` (just released) to stats_.
   void account_join(uint64_t generation, int64_t n_tasks, Clock::time_point fork);
 
@@ -69,12 +75,17 @@ class ThreadPool {
   Stats stats_;
   std::vector<LastTask> last_task_;  // per thread, when profiling
   std::vector<std::thread> workers_;
-  // The current job. A claim is a compare-exchange on job_ = generation |
-  // task count | next task, so a worker can never run a task of a job other
-  // than the one whose function it read, and a job is complete when its tasks
-  // are done: the caller never waits for a worker that is not scheduled.
+  // The current job: job_ = generation | task count, and per thread a
+  // cursor = generation | end | next over its contiguous range, one cache
+  // line each. A claim is a compare-exchange on a cursor, its owner's or
+  // (once that is empty) another's, so a worker can never run a task of a job
+  // other than the one whose function it read, threads do not contend on one
+  // line while they have their own tasks, and a job is complete when its
+  // tasks are done: the caller never waits for a worker that is not
+  // scheduled, whose range the others take.
   std::atomic<void*> ctx_{nullptr};
   std::atomic<TaskFn> fn_{nullptr};
+  std::vector<Cursor> cursors_;
   alignas(64) std::atomic<uint64_t> job_{0};
   alignas(64) std::atomic<int64_t> done_{0};
   std::atomic<bool> stop_{false};
