@@ -320,8 +320,11 @@ std::string Session::profile_report() const {
   }
   // The pool: fork/joins per token and what the threads lost waiting at them
   // (thread_pool.h, ThreadPool::Stats), decode steps apart from prefill.
-  out += "\npool, " + std::to_string(s.n_threads) +
-         " threads   passes   tokens  calls/tok  joins/tok  tasks/join  us/join  wait(ms)  caller(ms)  wait share\n";
+  const std::string title = "pool at " + std::to_string(s.n_threads) + (s.n_threads == 1 ? " thread" : " threads");
+  char header[240];
+  std::snprintf(header, sizeof header, "\n%-24s %7s %8s %10s %10s %11s %8s %9s %11s %11s\n", title.c_str(), "passes",
+                "tokens", "calls/tok", "joins/tok", "tasks/join", "us/join", "wait(ms)", "caller(ms)", "wait share");
+  out += header;
   for (const auto& [name, pass] : {std::pair{"decode (1-token passes)", &s.decode_profile},
                                    std::pair{"prefill (longer passes)", &s.prefill_profile}}) {
     if (pass->passes == 0) continue;
