@@ -42,7 +42,7 @@ Session::Session(std::shared_ptr<const CompiledModel> model, const std::string& 
     throw LoadError(e.what());
   }
   s.n_threads = options.n_threads == 0 ? physical_cores() : options.n_threads;
-  s.pool = std::make_unique<ThreadPool>(s.n_threads);
+  s.pool = std::make_unique<ThreadPool>(s.n_threads, options.profile);
   s.bound = bind_model(*s.model, *s.file, /*release_file_pages=*/true, *s.pool, options.pack_cache_dir,
                        options.map_pack_cache);
   const program::Program& p = s.program();
@@ -316,6 +316,28 @@ std::string Session::profile_report() const {
     std::snprintf(line, sizeof line, "%-30s %7lld %12.3f %8.1f%% %8.2f %8.2f\n", name.c_str(),
                   static_cast<long long>(prof.calls), prof.seconds * 1e3, total > 0 ? 100 * prof.seconds / total : 0,
                   gbs, gops);
+    out += line;
+  }
+  // The pool: fork/joins per token and what the threads lost waiting at them
+  // (thread_pool.h, ThreadPool::Stats), decode steps apart from prefill.
+  const std::string title = "pool at " + std::to_string(s.n_threads) + (s.n_threads == 1 ? " thread" : " threads");
+  char header[240];
+  std::snprintf(header, sizeof header, "\n%-24s %7s %8s %10s %10s %11s %8s %9s %11s %11s\n", title.c_str(), "passes",
+                "tokens", "calls/tok", "joins/tok", "tasks/join", "us/join", "wait(ms)", "caller(ms)", "wait share");
+  out += header;
+  for (const auto& [name, pass] : {std::pair{"decode (1-token passes)", &s.decode_profile},
+                                   std::pair{"prefill (longer passes)", &s.prefill_profile}}) {
+    if (pass->passes == 0) continue;
+    const ThreadPool::Stats& p = pass->pool;
+    const double tokens = static_cast<double>(pass->tokens), joins = static_cast<double>(p.joins);
+    const double thread_seconds = p.join_seconds * s.n_threads;
+    char line[240];
+    std::snprintf(line, sizeof line, "%-24s %7lld %8lld %10.1f %10.1f %11.1f %8.2f %9.3f %11.3f %10.1f%%\n", name,
+                  static_cast<long long>(pass->passes), static_cast<long long>(pass->tokens),
+                  static_cast<double>(p.calls) / tokens, joins / tokens,
+                  joins > 0 ? static_cast<double>(p.joined_tasks) / joins : 0, joins > 0 ? 1e6 * p.join_seconds / joins : 0,
+                  1e3 * p.wait_seconds, 1e3 * p.caller_wait_seconds,
+                  thread_seconds > 0 ? 100 * p.wait_seconds / thread_seconds : 0);
     out += line;
   }
   return out;

@@ -244,12 +244,25 @@ void Session::Impl::forward(const Plan& plan, std::span<const int32_t> tokens, s
                             float* out, std::span<const int64_t> hidden_rows, float* hidden_out) {
   const program::Program& p = program();
   const int64_t n = plan.n;
+  const ThreadPool::Stats before = options.profile ? pool->stats() : ThreadPool::Stats{};
   for (int64_t i = 0; i < n; ++i) *plan.tokens.i32(i) = tokens[static_cast<size_t>(i)];
   for (size_t i = 0; i < p.pre.size(); ++i) run_op(plan.sections.pre[i], Section::Pre, i, 0, n - 1);
   for (int64_t layer = 0; layer < bound.n_layers; ++layer)
     for (size_t i = 0; i < p.layer.size(); ++i) run_op(plan.sections.layer[i], Section::Layer, i, layer, n - 1);
   run_hidden(plan, hidden_rows, hidden_out);
   run_post(plan, kept, out);
+  if (options.profile) {
+    PassProfile& prof = n == 1 ? decode_profile : prefill_profile;
+    const ThreadPool::Stats& after = pool->stats();
+    prof.passes += 1;
+    prof.tokens += n;
+    prof.pool.calls += after.calls - before.calls;
+    prof.pool.joins += after.joins - before.joins;
+    prof.pool.joined_tasks += after.joined_tasks - before.joined_tasks;
+    prof.pool.join_seconds += after.join_seconds - before.join_seconds;
+    prof.pool.wait_seconds += after.wait_seconds - before.wait_seconds;
+    prof.pool.caller_wait_seconds += after.caller_wait_seconds - before.caller_wait_seconds;
+  }
 }
 
 // The final norm (find_hidden_norm) on rows of the layers' output, before the

@@ -41,6 +41,13 @@ struct Profile {
   double ops = 0;    // multiply-adds x 2 (matmuls)
 };
 
+// The pool's joins and waits over forward passes (options.profile), kept
+// apart for one-token passes (decode steps) and longer ones (prefill).
+struct PassProfile {
+  int64_t passes = 0, tokens = 0;
+  ThreadPool::Stats pool;
+};
+
 struct Session::Impl {
   std::shared_ptr<const CompiledModel> model;
   std::optional<gguf::File> file;
@@ -79,6 +86,7 @@ struct Session::Impl {
   std::vector<int64_t> step_hidden_first;
   LoadStats stats;
   std::map<std::string, Profile> profile;
+  PassProfile decode_profile, prefill_profile;
 
   const program::Program& program() const { return model->program; }
 

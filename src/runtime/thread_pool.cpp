@@ -1,5 +1,7 @@
-// The executor's persistent thread pool: one fork/join per parallel op,
-// dynamic task claiming through an atomic counter, spin-then-sleep waiting.
+// The executor's persistent thread pool: one fork/join per parallel op, each
+// thread claiming from its own range of tasks then from the others' (a
+// compare-exchange per task on the range's own cache line), spin-then-sleep
+// waiting.
 #include "lumen/runtime/thread_pool.h"
 
 #include <sched.h>
@@ -38,16 +40,24 @@ void spin_then_wait(const std::atomic<T>& value, T old) {
 
 }  // namespace
 
-// job_ layout: generation in the top 24 bits, task count and next task in 20 bits each.
+// job_ layout: generation in the top 24 bits, then the task count and 20 bits
+// left at 0; a cursor's: the same generation, the end and the next task of its
+// range (20 bits each).
 constexpr int kTaskBits = 20;
 constexpr uint64_t kTaskMask = (uint64_t{1} << kTaskBits) - 1;
 constexpr int64_t kMaxTasksPerJob = static_cast<int64_t>(kTaskMask);
+constexpr uint64_t kGenerationMask = (uint64_t{1} << (64 - 2 * kTaskBits)) - 1;
 
 uint64_t job_generation(uint64_t job) { return job >> (2 * kTaskBits); }
 int64_t job_tasks(uint64_t job) { return static_cast<int64_t>((job >> kTaskBits) & kTaskMask); }
 int64_t job_next(uint64_t job) { return static_cast<int64_t>(job & kTaskMask); }
+uint64_t job_word(uint64_t generation, int64_t tasks, int64_t next) {
+  return (generation << (2 * kTaskBits)) | (static_cast<uint64_t>(tasks) << kTaskBits) | static_cast<uint64_t>(next);
+}
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
+ThreadPool::ThreadPool(int n_threads, bool profile)
+    : n_threads_(n_threads < 1 ? 1 : n_threads), profile_(profile), cursors_(static_cast<size_t>(n_threads_)) {
+  if (profile_) last_task_.resize(static_cast<size_t>(n_threads_));
   workers_.reserve(static_cast<size_t>(n_threads_ - 1));
   for (int t = 1; t < n_threads_; ++t) workers_.emplace_back([this, t] { worker_loop(t); });
 }
@@ -55,29 +65,57 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads
 ThreadPool::~ThreadPool() {
   stop_.store(true, std::memory_order_release);
   // A new generation with no tasks wakes every worker, which then sees stop_.
-  uint64_t job = job_.load(std::memory_order_relaxed);
-  job_.store((job_generation(job) + 1) << (2 * kTaskBits), std::memory_order_release);
+  const uint64_t job = job_.load(std::memory_order_relaxed);
+  job_.store(job_word((job_generation(job) + 1) & kGenerationMask, 0, 0), std::memory_order_release);
   job_.notify_all();
   for (std::thread& w : workers_) w.join();
 }
 
-void ThreadPool::work(int thread) {
-  uint64_t job = job_.load(std::memory_order_acquire);
-  while (job_next(job) < job_tasks(job)) {
-    // Read the job's function before claiming: a successful claim proves the
-    // job was still open, so these are its values (see thread_pool.h).
-    TaskFn fn = fn_.load(std::memory_order_relaxed);
-    void* ctx = ctx_.load(std::memory_order_relaxed);
-    if (job_.compare_exchange_weak(job, job + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
-      fn(ctx, job_next(job), thread);
-      if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == job_tasks(job)) done_.notify_one();
-      job = job_.load(std::memory_order_acquire);
+bool ThreadPool::claim(Cursor& cursor, uint64_t generation, int64_t& task) {
+  uint64_t word = cursor.word.load(std::memory_order_acquire);
+  while (job_generation(word) == generation && job_next(word) < job_tasks(word)) {
+    if (cursor.word.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+      task = job_next(word);
+      return true;
+    }
+  }
+  return false;
+}
+
+void ThreadPool::work(int thread, uint64_t job) {
+  const uint64_t generation = job_generation(job);
+  const int64_t n_tasks = job_tasks(job);
+  // Read the job's function before claiming: a successful claim proves the
+  // job was still open, so these are its values (see thread_pool.h).
+  TaskFn fn = fn_.load(std::memory_order_relaxed);
+  void* ctx = ctx_.load(std::memory_order_relaxed);
+  auto run_task = [&](int64_t task) {
+    fn(ctx, task, thread);
+    if (profile_) last_task_[static_cast<size_t>(thread)] = {generation, Clock::now()};
+  };
+  auto count_done = [&](int64_t n) {
+    if (n > 0 && done_.fetch_add(n, std::memory_order_acq_rel) + n == n_tasks) done_.notify_one();
+  };
+  // The own range's tasks are counted done together, the others' one by one
+  // (so a thread preempted while helping holds back at most one task's count).
+  int64_t task = 0, ran = 0;
+  while (claim(cursors_[static_cast<size_t>(thread)], generation, task)) {
+    run_task(task);
+    ++ran;
+  }
+  count_done(ran);
+  for (int i = 1; i < n_threads_; ++i) {
+    Cursor& other = cursors_[static_cast<size_t>((thread + i) % n_threads_)];
+    while (claim(other, generation, task)) {
+      run_task(task);
+      count_done(1);
     }
   }
 }
 
 void ThreadPool::run(int64_t n_tasks, void* ctx, TaskFn fn) {
   if (n_tasks <= 0) return;
+  if (profile_) ++stats_.calls;
   if (n_threads_ == 1 || n_tasks == 1) {
     for (int64_t t = 0; t < n_tasks; ++t) fn(ctx, t, 0);
     return;
@@ -94,31 +132,52 @@ void ThreadPool::run(int64_t n_tasks, void* ctx, TaskFn fn) {
       auto* o = static_cast<Offset*>(c);
       o->fn(o->ctx, o->first + task, thread);
     };
+    const Clock::time_point fork = profile_ ? Clock::now() : Clock::time_point{};
     ctx_.store(&offset, std::memory_order_relaxed);
     fn_.store(shifted, std::memory_order_relaxed);
     done_.store(0, std::memory_order_relaxed);
-    const uint64_t generation = job_generation(job_.load(std::memory_order_relaxed)) + 1;
-    job_.store((generation << (2 * kTaskBits)) | (static_cast<uint64_t>(count) << kTaskBits),
-               std::memory_order_release);
+    const uint64_t generation = (job_generation(job_.load(std::memory_order_relaxed)) + 1) & kGenerationMask;
+    for (int t = 0; t < n_threads_; ++t)
+      cursors_[static_cast<size_t>(t)].word.store(
+          job_word(generation, count * (t + 1) / n_threads_, count * t / n_threads_), std::memory_order_relaxed);
+    const uint64_t job = job_word(generation, count, 0);
+    job_.store(job, std::memory_order_release);
     job_.notify_all();
-    work(0);
+    work(0, job);
     int64_t done = done_.load(std::memory_order_acquire);
     while (done != count) {
       spin_then_wait(done_, done);
       done = done_.load(std::memory_order_acquire);
     }
+    if (profile_) account_join(generation, count, fork);
+  }
+}
+
+void ThreadPool::account_join(uint64_t generation, int64_t n_tasks, Clock::time_point fork) {
+  const Clock::time_point release = Clock::now();
+  ++stats_.joins;
+  stats_.joined_tasks += n_tasks;
+  stats_.join_seconds += std::chrono::duration<double>(release - fork).count();
+  for (size_t t = 0; t < last_task_.size(); ++t) {
+    // A thread that ran no task of this job waited from the fork.
+    const Clock::time_point from = last_task_[t].generation == generation ? last_task_[t].at : fork;
+    const double wait = std::chrono::duration<double>(release - from).count();
+    stats_.wait_seconds += wait;
+    if (t == 0) stats_.caller_wait_seconds += wait;
   }
 }
 
 void ThreadPool::worker_loop(int thread) {
+  uint64_t seen = 0;  // the generation of the last job this thread worked on
   while (true) {
     const uint64_t job = job_.load(std::memory_order_acquire);
     if (stop_.load(std::memory_order_acquire)) return;
-    if (job_next(job) < job_tasks(job)) {
-      work(thread);
+    if (job_generation(job) != seen) {
+      seen = job_generation(job);
+      work(thread, job);
       continue;
     }
-    // Nothing to claim: sleep until the job word changes (a new job, or stop).
+    // Worked on already: sleep until the job word changes (a new job, or stop).
     spin_then_wait(job_, job);
   }
 }
