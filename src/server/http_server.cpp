@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -15,6 +16,7 @@
 
 #include <sys/socket.h>
 #include <stdexcept>
+#include <thread>
 
 #include "chat_page_html.h"  // generated from chat_page.html (CMakeLists.txt)
 #include "lumen/server/api.h"
@@ -28,6 +30,11 @@ struct HttpServer::Impl {
   httplib::Server http;
   int port = -1;
   int listen_socket = -1;  // the bound socket (for the backlog)
+  // httplib's stop() does nothing before listen_after_bind() is running, so
+  // a stop() that comes first (a load that fails at once) would leave serve()
+  // listening forever: stop() records itself and waits for a serve() that has
+  // begun to be running or to have returned.
+  std::atomic<bool> stop_requested{false}, serving{false};
   std::atomic<Scheduler*> scheduler{nullptr};
   const Tokenizer* tokenizer = nullptr;
   const chat::ChatTemplate* chat_template = nullptr;
@@ -349,8 +356,17 @@ void HttpServer::bind() {
 }
 
 int HttpServer::port() const { return impl_->port; }
-void HttpServer::serve() { impl_->http.listen_after_bind(); }
-void HttpServer::stop() { impl_->http.stop(); }
+void HttpServer::serve() {
+  impl_->serving = true;
+  if (!impl_->stop_requested) impl_->http.listen_after_bind();
+  impl_->serving = false;
+}
+
+void HttpServer::stop() {
+  impl_->stop_requested = true;
+  while (impl_->serving && !impl_->http.is_running()) std::this_thread::yield();
+  impl_->http.stop();
+}
 
 void HttpServer::set_embeddings(runtime::Pooling pooling, int64_t n_embd) {
   impl_->pooling = pooling;
