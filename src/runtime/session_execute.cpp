@@ -25,7 +25,8 @@ using program::Section;
 
 void Session::Impl::run_matmul(const ROp& r, const ROp::MatMulKernel& k, const PackedMatMul& mm, int64_t n) {
   const int64_t row_tasks = (mm.rows + k.rows_per_task - 1) / k.rows_per_task;
-  const int64_t token_block = n == 1 ? 1 : k.tokens_per_task;
+  // A task over converted weights converts its rows once, for all the tokens.
+  const int64_t token_block = n == 1 ? 1 : k.convert_from != DType::Q8_0 ? n : k.tokens_per_task;
   const int64_t token_tasks = (n + token_block - 1) / token_block;
   const int64_t group = pack_row_group(model->isa);
   const bool residual = r.op->epilogue == Epilogue::Residual || r.op->epilogue == Epilogue::BiasResidual;
