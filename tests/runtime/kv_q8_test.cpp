@@ -229,22 +229,13 @@ bool bitwise_equal(std::span<const float> a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), b.size() * sizeof(float)) == 0;
 }
 
-std::vector<int32_t> tokens(int64_t count, uint32_t seed, int64_t n_vocab) {
-  std::vector<int32_t> out;
-  uint32_t x = seed * 2654435761u + 12345u;
-  for (int64_t i = 0; i < count; ++i) {
-    x = x * 1664525u + 1013904223u;
-    out.push_back(static_cast<int32_t>((x >> 8) % static_cast<uint32_t>(n_vocab)));
-  }
-  return out;
-}
 
 // Alone (prefill, then one token per eval) and among 4 other sequences at
 // other positions, its prompt in chunks of 11: bitwise the same logits.
 TEST_F(KvQ8Model, ASequenceIsBitwiseTheSameAloneAndAmongOthers) {
   auto alone = session(KvType::Q8_0, 1, 256);
   const int64_t n_vocab = alone->n_vocab();
-  const std::vector<int32_t> prompt = tokens(45, 1, n_vocab), follow = tokens(4, 2, n_vocab);
+  const std::vector<int32_t> prompt = testing::tokens(45, 1, n_vocab), follow = testing::tokens(4, 2, n_vocab);
   std::vector<std::vector<float>> expected;
   auto l = alone->eval(prompt);
   expected.emplace_back(l.begin(), l.end());
@@ -255,7 +246,7 @@ TEST_F(KvQ8Model, ASequenceIsBitwiseTheSameAloneAndAmongOthers) {
   auto s = session(KvType::Q8_0, 5, 256);
   std::vector<std::vector<int32_t>> others;
   for (int j = 0; j < 4; ++j) {
-    others.push_back(tokens(120, 10 + static_cast<uint32_t>(j), n_vocab));
+    others.push_back(testing::tokens(120, 10 + static_cast<uint32_t>(j), n_vocab));
     SeqTokens e{j, std::span<const int32_t>(others.back()).first(static_cast<size_t>(5 + 13 * j)), false};
     s->step(std::span<const SeqTokens>(&e, 1));
   }
@@ -281,7 +272,7 @@ TEST_F(KvQ8Model, ASequenceIsBitwiseTheSameAloneAndAmongOthers) {
 TEST_F(KvQ8Model, CopiedRestoredAndTruncatedPrefixesContinueBitwiseAsFreshOnes) {
   auto s = session(KvType::Q8_0, 3, 256);
   const int64_t n_vocab = s->n_vocab();
-  const std::vector<int32_t> prompt = tokens(50, 11, n_vocab), rest = tokens(5, 12, n_vocab);
+  const std::vector<int32_t> prompt = testing::tokens(50, 11, n_vocab), rest = testing::tokens(5, 12, n_vocab);
   const int64_t keep = 37;
   auto fresh = session(KvType::Q8_0, 1, 256);
   fresh->eval(std::span<const int32_t>(prompt).first(static_cast<size_t>(keep)));

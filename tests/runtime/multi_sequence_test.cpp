@@ -29,15 +29,8 @@ class MultiSequence : public ::testing::Test {
     return std::make_unique<Session>(model_, testing::tiny_gguf(), o);
   }
 
-  // Deterministic token ids below the vocabulary size.
   static std::vector<int32_t> tokens(int64_t count, uint32_t seed, int64_t n_vocab) {
-    std::vector<int32_t> out;
-    uint32_t x = seed * 2654435761u + 12345u;
-    for (int64_t i = 0; i < count; ++i) {
-      x = x * 1664525u + 1013904223u;
-      out.push_back(static_cast<int32_t>((x >> 8) % static_cast<uint32_t>(n_vocab)));
-    }
-    return out;
+    return testing::tokens(count, seed, n_vocab);
   }
 
   static bool bitwise_equal(std::span<const float> a, const std::vector<float>& b) {

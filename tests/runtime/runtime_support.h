@@ -85,6 +85,18 @@ inline std::shared_ptr<const CompiledModel> in_process_model(const program::Prog
   return model;
 }
 
+// Deterministic token ids below the vocabulary size (a fixed LCG per seed).
+inline std::vector<int32_t> tokens(int64_t count, uint32_t seed, int64_t n_vocab) {
+  std::vector<int32_t> out;
+  uint32_t x = seed * 2654435761u + 12345u;
+  for (int64_t i = 0; i < count; ++i) {
+    x = x * 1664525u + 1013904223u;
+    out.push_back(static_cast<int32_t>((x >> 8) % static_cast<uint32_t>(n_vocab)));
+  }
+  return out;
+}
+
+
 inline std::shared_ptr<const CompiledModel> qwen2_model(bool reference = false) {
   return in_process_model(qwen2_program(best_isa(cpu_features())), best_isa(cpu_features()), reference);
 }

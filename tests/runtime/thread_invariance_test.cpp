@@ -21,16 +21,6 @@ namespace {
 
 constexpr int kThreadCounts[] = {1, 2, 3, 7, 16};
 
-// Deterministic token ids below the vocabulary size.
-std::vector<int32_t> tokens(int64_t count, uint32_t seed, int64_t n_vocab) {
-  std::vector<int32_t> out;
-  uint32_t x = seed * 2654435761u + 12345u;
-  for (int64_t i = 0; i < count; ++i) {
-    x = x * 1664525u + 1013904223u;
-    out.push_back(static_cast<int32_t>((x >> 8) % static_cast<uint32_t>(n_vocab)));
-  }
-  return out;
-}
 
 // Every position's logits of: a 20-token prefill, a 3-token pass, then 3
 // greedy decode steps (each step feeds back the argmax of the last logits).
@@ -49,8 +39,8 @@ std::vector<std::vector<float>> run(const std::shared_ptr<const CompiledModel>& 
       out.emplace_back(l.begin(), l.end());
     }
   };
-  pass(tokens(20, 1, s.n_vocab()));
-  pass(tokens(3, 2, s.n_vocab()));
+  pass(testing::tokens(20, 1, s.n_vocab()));
+  pass(testing::tokens(3, 2, s.n_vocab()));
   for (int step = 0; step < 3; ++step) {
     const std::vector<float>& last = out.back();
     int32_t next = 0;
