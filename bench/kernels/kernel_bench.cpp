@@ -141,7 +141,7 @@ Weights make_kquant_weights(ops::DType t, const Shape& s, int64_t min_total_byte
     std::memset(packed, 0, static_cast<size_t>(w.bytes));
     const auto t0 = std::chrono::steady_clock::now();
     if (s.epilogue == Epilogue::SiluMul) {
-      pack_kquant_gate_up(t, src.data(), src.data() + s.m * row_bytes, s.m, s.k, packed);
+      pack_gate_up_rows(t, Isa::Avx2, src.data(), src.data() + s.m * row_bytes, s.m, s.k, packed);
     } else {
       pack_kquant(t, src.data(), rows, s.k, packed, 0);
     }
@@ -154,18 +154,11 @@ Weights make_kquant_weights(ops::DType t, const Shape& s, int64_t min_total_byte
 // Packs random rows of GGUF `format` blocks (Q4_0, Q5_0): gate and up
 // alternating per group for SiluMul.
 void pack_4bit(ops::DType format, const std::vector<uint8_t>& src, const Shape& s, uint8_t* packed) {
-  const int64_t mult = s.epilogue == Epilogue::SiluMul ? 2 : 1, groups = (s.m + 15) / 16;
-  const int64_t row_bytes = ops::row_bytes(format, s.k);
-  for (int64_t part = 0; part < mult; ++part) {
-    for (int64_t g = 0; g < groups; ++g) {
-      const uint8_t* rows = src.data() + (part * s.m + g * 16) * row_bytes;
-      const int64_t n = std::min<int64_t>(16, s.m - g * 16);
-      if (format == ops::DType::Q4_0) {
-        pack_q4_0(reinterpret_cast<const quant::BlockQ4_0*>(rows), n, s.k, packed, mult * g + part);
-      } else {
-        pack_q5_0(reinterpret_cast<const quant::BlockQ5_0*>(rows), n, s.k, packed, mult * g + part);
-      }
-    }
+  // The 4-bit layouts are the same on every ISA.
+  if (s.epilogue == Epilogue::SiluMul) {
+    pack_gate_up_rows(format, Isa::Avx2, src.data(), src.data() + s.m * ops::row_bytes(format, s.k), s.m, s.k, packed);
+  } else {
+    pack_rows(format, Isa::Avx2, src.data(), s.m, s.k, packed, 0);
   }
 }
 
@@ -200,7 +193,7 @@ Weights make_weights(Isa isa, const Shape& s, int64_t min_total_bytes, ops::DTyp
     if (format != ops::DType::Q8_0) {
       pack_4bit(format, src_4bit, s, packed);
     } else if (s.epilogue == Epilogue::SiluMul) {
-      pack_q8_0_gate_up(isa, src.data(), src.data() + s.m * s.k / 32, s.m, s.k, packed);
+      pack_gate_up_rows(ops::DType::Q8_0, isa, src.data(), src.data() + s.m * s.k / 32, s.m, s.k, packed);
     } else {
       pack_q8_0(isa, src.data(), rows, s.k, packed, 0);
     }

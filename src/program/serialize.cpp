@@ -247,12 +247,10 @@ void check_schedule(int line, const Op& op) {
         fail(line, std::string(field) + " '" + to_string(kernel) + "' is not a " + to_string(kind) +
                        " kernel with the op's epilogue '" + to_string(op.epilogue) + "'" +
                        (kind == KernelKind::Gemm ? " (nor the batch kernel)" : ""));
-    }
-    for (const auto& [field, slot] : slots) {
       // A GEMM reads Q8_0: a set of a format that converts to it exactly may name one.
-      const bool converted = slot.first.kind == KernelKind::Gemm && converts_exactly_to_q8_0(s.format);
-      if (slot.first.weight != s.format && !converted)
-        fail(line, std::string(field) + " '" + to_string(slot.first) + "' does not read the format " +
+      const bool converted = kernel.kind == KernelKind::Gemm && converts_exactly_to_q8_0(s.format);
+      if (kernel.weight != s.format && !converted)
+        fail(line, std::string(field) + " '" + to_string(kernel) + "' does not read the format " +
                        ops::id_name(s.format));
     }
   }

@@ -535,8 +535,8 @@ void pack_weights(const CompiledModel& model, const PackPlan& plan, bool release
     const program::Op& op = p.ops(job.section)[job.op];
     const PackedMatMul& mm = b.matmuls[job.section][job.op][static_cast<size_t>(job.layer)];
     uint8_t* out = storage + job.offset;
-    const int64_t format_row_bytes = ::lumen::ops::row_bytes(mm.format, mm.k);
     if (piece.weight < 0) {
+      const int64_t format_row_bytes = ::lumen::ops::row_bytes(mm.format, mm.k);
       std::vector<uint8_t> joined;
       std::vector<BlockQ8_0> converted;
       for (int wi : op.weights) {
@@ -555,15 +555,9 @@ void pack_weights(const CompiledModel& model, const PackPlan& plan, bool release
       if ((problem = check(gate, piece.row0, piece.rows)) || (problem = check(up, piece.row0, piece.rows))) return;
       // Gate and up alternate per row group, as the SiluMul epilogue reads them.
       std::vector<BlockQ8_0> gate_q8, up_q8;
-      const auto* gate_rows =
-          static_cast<const uint8_t*>(format_rows(mm.format, *gate, piece.row0, piece.rows, mm.k, gate_q8));
-      const auto* up_rows =
-          static_cast<const uint8_t*>(format_rows(mm.format, *up, piece.row0, piece.rows, mm.k, up_q8));
-      for (int64_t r = 0; r < piece.rows; r += group_rows) {
-        const int64_t group = (piece.row0 + r) / group_rows, n = std::min(group_rows, piece.rows - r);
-        pack_rows(mm.format, model.isa, gate_rows + r * format_row_bytes, n, mm.k, out, 2 * group);
-        pack_rows(mm.format, model.isa, up_rows + r * format_row_bytes, n, mm.k, out, 2 * group + 1);
-      }
+      pack_gate_up_rows(mm.format, model.isa, format_rows(mm.format, *gate, piece.row0, piece.rows, mm.k, gate_q8),
+                        format_rows(mm.format, *up, piece.row0, piece.rows, mm.k, up_q8), piece.rows, mm.k,
+                        out + piece.row0 / group_rows * mm.group_bytes);
       release(gate, piece.row0 * src_row_bytes(gate), piece.rows * src_row_bytes(gate));
       release(up, piece.row0 * src_row_bytes(up), piece.rows * src_row_bytes(up));
       return;

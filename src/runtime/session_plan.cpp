@@ -174,8 +174,9 @@ void Session::Impl::choose_kernel(ROp& r, Section s, size_t i, int64_t rows) con
     // A GEMM over converted weights converts once per task: below
     // kConvertedGemmMinTokens the batch kernel is faster (docs/kernels.md).
     // Both give every row the GEMV's bits.
+    if (id.kind == program::KernelKind::Gemm && id.weight != f.format && rows < kConvertedGemmMinTokens)
+      id = f.batch_kernel;
     const bool converted = id.kind == program::KernelKind::Gemm && id.weight != f.format;
-    if (converted && rows < kConvertedGemmMinTokens) id = f.batch_kernel;
     auto k = model->kernels.find(id);
     if (k == model->kernels.end())
       throw LoadError("the model has no matmul kernel '" + program::to_string(id) + "'" + where());
@@ -185,7 +186,7 @@ void Session::Impl::choose_kernel(ROp& r, Section s, size_t i, int64_t rows) con
     const int64_t unit = id.kind == program::KernelKind::Gemm ? id.tile_m : pack_row_group(model->isa);
     r.matmul.push_back({k->second, std::max<int64_t>(unit, (op.schedule.rows_per_task + unit - 1) / unit * unit),
                         std::max<int64_t>(1, op.schedule.tokens_per_task),
-                        id.kind == program::KernelKind::Gemm && id.weight != f.format ? f.format : DType::Q8_0,
+                        converted ? f.format : DType::Q8_0,
                         "MatMul " + program::to_string(id)});
   }
   r.profile_key = r.matmul.front().profile_key;

@@ -39,7 +39,7 @@ constexpr std::array<uint64_t, 256> kBitBytes = [] {
 }();
 
 template <class Block>
-void pack_rows(ops::DType format, const Block* src, int64_t rows, int64_t k, uint8_t* out, int64_t first_group) {
+void pack_4bit_rows(ops::DType format, const Block* src, int64_t rows, int64_t k, uint8_t* out, int64_t first_group) {
   if (rows < 0 || k <= 0 || k % kQ8Block != 0 || first_group < 0) {
     throw std::invalid_argument(std::string("pack_") + ops::to_string(format) +
                                 ": rows >= 0, k a positive multiple of 32, first_group >= 0");
@@ -98,11 +98,11 @@ void convert_groups(int offset, uint8_t flip, int64_t src_block, const uint8_t* 
 }  // namespace
 
 void pack_q4_0(const quant::BlockQ4_0* src, int64_t rows, int64_t k, uint8_t* out, int64_t first_group) {
-  pack_rows(ops::DType::Q4_0, src, rows, k, out, first_group);
+  pack_4bit_rows(ops::DType::Q4_0, src, rows, k, out, first_group);
 }
 
 void pack_q5_0(const quant::BlockQ5_0* src, int64_t rows, int64_t k, uint8_t* out, int64_t first_group) {
-  pack_rows(ops::DType::Q5_0, src, rows, k, out, first_group);
+  pack_4bit_rows(ops::DType::Q5_0, src, rows, k, out, first_group);
 }
 
 int packed_q(ops::DType format, const uint8_t* group, int64_t r, int64_t k) {

@@ -202,17 +202,6 @@ void pack_kquant(DType t, const void* src, int64_t rows, int64_t k, uint8_t* out
   }
 }
 
-void pack_kquant_gate_up(DType t, const void* gate, const void* up, int64_t rows, int64_t k, uint8_t* out) {
-  const int64_t supers = k / kKQuantSuperK;
-  const int64_t row_bytes = supers * ops::row(t).block_bytes;
-  for (int64_t g = 0; g * kRows < rows; ++g) {
-    const int64_t n = std::min(kRows, rows - g * kRows);
-    const int64_t off = g * kRows * row_bytes;
-    pack_kquant(t, static_cast<const uint8_t*>(gate) + off, n, k, out, 2 * g);
-    pack_kquant(t, static_cast<const uint8_t*>(up) + off, n, k, out, 2 * g + 1);
-  }
-}
-
 int packed_kquant_q(DType t, const uint8_t* group, int64_t r, int64_t k) {
   const int64_t sb = k / kKQuantSuperK;
   const int j = int(k % kKQuantSuperK) / 32, kk = int(k % 32);

@@ -63,15 +63,4 @@ void pack_q8_0(Isa isa, const BlockQ8_0* src, int64_t rows, int64_t k, uint8_t* 
   }
 }
 
-void pack_q8_0_gate_up(Isa isa, const BlockQ8_0* gate, const BlockQ8_0* up, int64_t rows, int64_t k,
-                       uint8_t* out) {
-  const int64_t k_blocks = k / kQ8Block;
-  const int64_t groups = (rows + kPackRows - 1) / kPackRows;
-  for (int64_t g = 0; g < groups; ++g) {
-    const int64_t n = std::min(kPackRows, rows - g * kPackRows);
-    pack_q8_0(isa, gate + g * kPackRows * k_blocks, n, k, out, 2 * g);
-    pack_q8_0(isa, up + g * kPackRows * k_blocks, n, k, out, 2 * g + 1);
-  }
-}
-
 }  // namespace lumen

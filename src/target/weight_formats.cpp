@@ -2,6 +2,7 @@
 // run in it on every ISA; every other type runs as packed Q8_0.
 #include "lumen/target/weight_formats.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -31,6 +32,16 @@ void pack_rows(ops::DType format, Isa isa, const void* src, int64_t rows, int64_
     default:
       if (has_packed_kquant(format)) return pack_kquant(format, src, rows, k, out, first_group);
       throw std::invalid_argument(std::string("pack_rows: ") + ops::id_name(format) + " is not a packed format");
+  }
+}
+
+void pack_gate_up_rows(ops::DType format, Isa isa, const void* gate, const void* up, int64_t rows, int64_t k,
+                       uint8_t* out) {
+  const int64_t row_bytes = ops::row_bytes(format, k);
+  for (int64_t g = 0; g * kPackRows < rows; ++g) {
+    const int64_t n = std::min(kPackRows, rows - g * kPackRows), offset = g * kPackRows * row_bytes;
+    pack_rows(format, isa, static_cast<const uint8_t*>(gate) + offset, n, k, out, 2 * g);
+    pack_rows(format, isa, static_cast<const uint8_t*>(up) + offset, n, k, out, 2 * g + 1);
   }
 }
 

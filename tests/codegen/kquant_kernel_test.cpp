@@ -21,6 +21,7 @@
 #include "lumen/codegen/codegen.h"
 #include "lumen/codegen/kquant_kernel.h"
 #include "lumen/quant/blocks.h"
+#include "lumen/target/weight_formats.h"
 #include "lumen/target/act_quant.h"
 #include "lumen/target/packed_kquant.h"
 
@@ -186,7 +187,7 @@ Data make_data(const Case& c, std::mt19937& rng) {
   const auto u = silu ? random_blocks(c.type, c.m, c.k, rng) : std::vector<uint8_t>{};
   d.packed.resize((silu ? 2 : 1) * packed_kquant_bytes(c.type, c.m, c.k));
   if (silu) {
-    pack_kquant_gate_up(c.type, w.data(), u.data(), c.m, c.k, d.packed.data());
+    pack_gate_up_rows(c.type, Isa::Avx2, w.data(), u.data(), c.m, c.k, d.packed.data());  // the layout is the same on every ISA
   } else {
     pack_kquant(c.type, w.data(), c.m, c.k, d.packed.data(), 0);
   }

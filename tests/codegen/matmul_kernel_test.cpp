@@ -17,6 +17,7 @@
 
 #include "lumen/codegen/codegen.h"
 #include "lumen/codegen/kernel_support.h"
+#include "lumen/target/weight_formats.h"
 #include "lumen/target/kernel_abi.h"
 #include "support/tolerances.h"
 
@@ -175,7 +176,7 @@ std::vector<uint8_t> pack(Isa isa, const Problem& p, const Data& d) {
   const int64_t kb = p.k / 32;
   if (p.epilogue == Epilogue::SiluMul) {
     std::vector<uint8_t> packed(2 * packed_bytes(isa, p.m, p.k));
-    pack_q8_0_gate_up(isa, d.weights.data(), d.weights.data() + p.m * kb, p.m, p.k, packed.data());
+    pack_gate_up_rows(ops::DType::Q8_0, isa, d.weights.data(), d.weights.data() + p.m * kb, p.m, p.k, packed.data());
     return packed;
   }
   std::vector<uint8_t> packed(packed_bytes(isa, p.m, p.k));
@@ -510,7 +511,7 @@ TEST(MatMulKernels, SiluIsAccurateToAFewUlp) {
   ActBlock x{1.0f, -128, {1}};
   for (Isa isa : runnable_isas()) {
     std::vector<uint8_t> packed(2 * packed_bytes(isa, rows, k));
-    pack_q8_0_gate_up(isa, gate.data(), up.data(), rows, k, packed.data());
+    pack_gate_up_rows(ops::DType::Q8_0, isa, gate.data(), up.data(), rows, k, packed.data());
     std::vector<float> y(rows);
     MatMulArgs a{};
     a.w = packed.data();

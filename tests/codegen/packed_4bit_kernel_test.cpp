@@ -106,16 +106,12 @@ Data make_data(const Problem& p, uint32_t seed) {
   const int64_t groups = (p.m + kPackRows - 1) / kPackRows;
   const int64_t mult = p.epilogue == Epilogue::SiluMul ? 2 : 1;
   d.packed.resize(size_t(mult * groups * group_bytes));
-  for (int64_t part = 0; part < mult; ++part) {
-    for (int64_t g = 0; g < groups; ++g) {
-      const int64_t n = std::min(kPackRows, p.m - g * kPackRows);
-      const uint8_t* src = d.blocks.data() + ((part * p.m + g * kPackRows) * kb) * block_bytes;
-      if (p.format == DType::Q4_0) {
-        pack_q4_0(reinterpret_cast<const quant::BlockQ4_0*>(src), n, p.k, d.packed.data(), mult * g + part);
-      } else {
-        pack_q5_0(reinterpret_cast<const quant::BlockQ5_0*>(src), n, p.k, d.packed.data(), mult * g + part);
-      }
-    }
+  // The layout is the same on every ISA.
+  if (p.epilogue == Epilogue::SiluMul) {
+    pack_gate_up_rows(p.format, Isa::Avx2, d.blocks.data(), d.blocks.data() + p.m * kb * block_bytes, p.m, p.k,
+                      d.packed.data());
+  } else {
+    pack_rows(p.format, Isa::Avx2, d.blocks.data(), p.m, p.k, d.packed.data(), 0);
   }
   d.x_stride = kb + 1;
   d.y_stride = p.m + 3;

@@ -5,6 +5,7 @@
 #include <random>
 #include <vector>
 
+#include "lumen/target/weight_formats.h"
 #include "lumen/target/packed_q8_0.h"
 
 namespace lumen {
@@ -55,7 +56,7 @@ TEST(WeightPack, GateUpAlternateGroups) {
   const int64_t rows = 20, k = 64, kb = 2;
   const auto gate = random_rows(rows, k, 2), up = random_rows(rows, k, 3);
   std::vector<uint8_t> packed(2 * packed_bytes(Isa::Avx512Vnni, rows, k));
-  pack_q8_0_gate_up(Isa::Avx512Vnni, gate.data(), up.data(), rows, k, packed.data());
+  pack_gate_up_rows(ops::DType::Q8_0, Isa::Avx512Vnni, gate.data(), up.data(), rows, k, packed.data());
   const int64_t gb = kb * kPackedBlockBytes;
   EXPECT_EQ(packed_weight(Isa::Avx512Vnni, packed.data() + 0 * gb, kb, 3, 5), gate[3 * kb].qs[5]);
   EXPECT_EQ(packed_weight(Isa::Avx512Vnni, packed.data() + 1 * gb, kb, 3, 5), up[3 * kb].qs[5]);

@@ -55,9 +55,6 @@ int64_t packed_kquant_bytes(ops::DType t, int64_t rows, int64_t k);
 // Packs `rows` rows of GGUF blocks of type t (k elements each) at packed row
 // group `first_group` of `out`.
 void pack_kquant(ops::DType t, const void* src, int64_t rows, int64_t k, uint8_t* out, int64_t first_group);
-// Packs gate and up (each `rows` x k) alternating per row group, as the
-// SiluMul epilogue reads them: 2 * packed_kquant_bytes(t, rows, k) bytes.
-void pack_kquant_gate_up(ops::DType t, const void* gate, const void* up, int64_t rows, int64_t k, uint8_t* out);
 
 // Reference decoding of one packed group (the scalar oracle reads these).
 // q of weight (r, k): Q4_K 0..15, Q5_K 0..31, Q6_K 0..63 (the value is q - 32).

@@ -28,10 +28,6 @@ int64_t packed_bytes(Isa isa, int64_t rows, int64_t k); // rows padded up to the
 // `first_group` of `out`. Rows past `rows` up to the group are zero.
 void pack_q8_0(Isa isa, const BlockQ8_0* src, int64_t rows, int64_t k, uint8_t* out,
                int64_t first_group);
-// Packs gate and up (each `rows` x k) alternating per row group, as the
-// SiluMul epilogue reads them: 2 * packed_bytes(isa, rows, k) bytes.
-void pack_q8_0_gate_up(Isa isa, const BlockQ8_0* gate, const BlockQ8_0* up, int64_t rows, int64_t k,
-                       uint8_t* out);
 
 // Value of weight (row r, k) of one packed group (reference decoding).
 int8_t packed_weight(Isa isa, const uint8_t* group, int64_t k_blocks, int64_t r, int64_t k);

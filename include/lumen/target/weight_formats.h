@@ -49,6 +49,12 @@ int64_t packed_bytes(ops::DType format, int64_t rows, int64_t k);
 void pack_rows(ops::DType format, Isa isa, const void* src, int64_t rows, int64_t k, uint8_t* out,
                int64_t first_group);
 
+// Packs gate and up (each `rows` rows of GGUF blocks of `format`) alternating
+// per row group, as the SiluMul epilogue reads them: gate's group g at packed
+// group 2g of `out`, up's at 2g + 1; 2 * packed_bytes(format, rows, k) bytes.
+void pack_gate_up_rows(ops::DType format, Isa isa, const void* gate, const void* up, int64_t rows, int64_t k,
+                       uint8_t* out);
+
 // The packed format in which a matmul weight of type `weight` runs on `isa`:
 // the type's own layout where it has native kernels (every packed format has
 // them on every ISA), else Q8_0 (the weight is converted to Q8_0 once, at load
