@@ -151,7 +151,7 @@ Weights make_kquant_weights(ops::DType t, const Shape& s, int64_t min_total_byte
   return w;
 }
 
-// Packs random rows of GGUF `format` blocks (Q4_0, Q5_0): gate and up
+// Packs random rows of GGUF `format` blocks (packed_4bit.h's types): gate and up
 // alternating per group for SiluMul.
 void pack_4bit(ops::DType format, const std::vector<uint8_t>& src, const Shape& s, uint8_t* packed) {
   // The 4-bit layouts are the same on every ISA.
@@ -175,6 +175,10 @@ Weights make_weights(Isa isa, const Shape& s, int64_t min_total_bytes, ops::DTyp
   for (size_t i = 0; i < src_4bit.size(); i += size_t(ops::row(format).block_bytes)) {
     const uint16_t d = f32_to_f16(0.001f);
     std::memcpy(&src_4bit[i], &d, 2);
+    if (has_mins(format)) {
+      const uint16_t m = f32_to_f16(-0.008f);
+      std::memcpy(&src_4bit[i + 2], &m, 2);
+    }
   }
   Weights w;
   w.block_bytes = packed_block_bytes(format);
@@ -328,7 +332,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.01, 10000.0));
   app.add_option("--cold-bytes", cold_bytes, "weight bytes cycled through per shape (beyond the caches)");
   app.add_option("--format", format_name,
-                 "packed weight format: q8_0, q4_0 or q5_0 (the table only); q4_k, q5_k or q6_k (GEMV and batch "
+                 "packed weight format: q8_0, q4_0, q5_0, q4_1, q5_1 or iq4_nl (the table only); q4_k, q5_k or q6_k (GEMV and batch "
                  "kernels, K = 4864)");
   std::string only;
   app.add_option("--shape", only, "run only shapes whose name contains this");
@@ -376,7 +380,7 @@ int main(int argc, char** argv) {
   }
   const std::optional<ops::DType> format = ops::parse_dtype(format_name);
   if (!format || !is_packed_format(*format)) {
-    fmt::print(stderr, "lumen-bench-kernels: unknown --format '{}' (q8_0, q4_0, q5_0, q4_k, q5_k, q6_k)\n", format_name);
+    fmt::print(stderr, "lumen-bench-kernels: unknown --format '{}' (q8_0, q4_0, q5_0, q4_1, q5_1, iq4_nl, q4_k, q5_k, q6_k)\n", format_name);
     return 1;
   }
   if (*format != ops::DType::Q8_0 && (small_n || !sweep.empty())) {
@@ -524,8 +528,9 @@ int main(int argc, char** argv) {
       // Prefill of a converted format: each thread converts its rows, one
       // 96-row task at a time (the m48n4 tile's multiple), into a scratch
       // that stays in L2, from the cold native copy; once per token task.
+      // (Q4_1 and Q5_1 have no exact conversion: their prefill is the batch kernel.)
       double t_convert = 0;
-      if (converts) {
+      if (converts && converts_exactly_to_q8_0(*format)) {
         const int64_t kb = s.k / 32, mult = s.epilogue == Epilogue::SiluMul ? 2 : 1, groups = (s.m + 15) / 16;
         const int64_t task_groups = 6 * mult;
         std::vector<std::vector<uint8_t>> scratch(size_t(pool.threads()),

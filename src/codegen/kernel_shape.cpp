@@ -35,9 +35,10 @@ KernelShape kernel_shape(Isa isa, const program::KernelId& kernel) {
     const int64_t max_tokens = std::min(max_tile_tokens(isa), program::KernelId::kBatchMaxTokens);
     shape.tokens = std::max<int64_t>(
         1, std::min(max_tokens, max_int_accumulators(isa) / (shape.groups * mult * halves)));
-    // AVX-VNNI's Q5_0 kernels keep a register for the fifth bits beside the
-    // int accumulators and one x register per token (16 ymm in all).
-    if (isa == Isa::AvxVnni && kernel.weight == ops::DType::Q5_0) {
+    // AVX-VNNI's Q5_0/Q5_1 and IQ4_NL kernels keep a register for the fifth
+    // bits or the level table beside the int accumulators and one x register
+    // per token (16 ymm in all).
+    if (isa == Isa::AvxVnni && (has_fifth_bits(kernel.weight) || kernel.weight == ops::DType::IQ4_NL)) {
       shape.tokens = std::max<int64_t>(1, std::min(shape.tokens, 14 / (shape.groups * mult * halves + 1)));
     }
     return shape;

@@ -20,13 +20,17 @@
 //   avx-vnni:    VEX vpdpbusd on the two ymm halves, w+128 as avx512-vnni; no
 //                embedded broadcast in VEX, so each activation dword is
 //                broadcast once into a register for every group and half.
-// Q4_0 and Q5_0 weights (packed_4bit.h) are unsigned quants q with an offset:
-// each 4-k step takes a nibble half of a 64-byte vector (vpsrlw, vpand; Q5_0
-// adds its fifth bits: a kmovq mask and a masked vpaddb of 16 on AVX-512, a
+// The 4-bit weights (packed_4bit.h) are unsigned quants q: each 4-k step
+// takes a nibble half of a 64-byte vector (vpsrlw, vpand; Q5_0 and Q5_1 add
+// their fifth bits: a kmovq mask and a masked vpaddb of 16 on AVX-512, a
 // vpshufb/vpand/vpcmpeqb expansion of the mask dword on the ymm ISAs), then
-// vpdpbusd (VNNI) or vpmaddubsw + vpmaddwd (u8 q x s8 x, no sign trick). The
-// offset folds into the accumulator's start: -8*sum(x) = ActBlock::sum / 16,
-// -16*sum(x) = ActBlock::sum / 8.
+// vpdpbusd (VNNI) or vpmaddubsw + vpmaddwd (u8 q x s8 x, no sign trick).
+// Q4_0's and Q5_0's offset folds into the accumulator's start: -8*sum(x) =
+// ActBlock::sum / 16, -16*sum(x) = ActBlock::sum / 8. Q4_1 and Q5_1 add their
+// min after the scale, per block: acc = fma(m * -1/128, float(ActBlock::sum) *
+// x_scale, acc). IQ4_NL looks its level up with vpshufb from a 16-byte table:
+// level + 128 as u8 on VNNI (the accumulator starts at ActBlock::sum, as
+// Q8_0's), else the signed level with Q8_0's sign trick.
 #include <xbyak/xbyak.h>
 
 #include <bit>
@@ -67,10 +71,11 @@ constexpr int kMg = 0, kNt = 8, kGroupsTotal = 16, kGroupStride = 24, kTileStrid
 
 // Constants for SiLU, each replicated over 16 lanes (64 bytes).
 enum Const { kSignMask, kExpHi, kExpLo, kLog2e, kLn2Hi, kLn2Lo, kP0, kP1, kP2, kP3, kP4, kP5, kOne, kNumConsts };
-// Byte constants of the 4-bit formats (64 bytes each), emitted only for them:
-// the nibble mask, 16 (Q5_0's fifth bit), and the ymm expansion of a mask
-// dword to bytes (vpshufb indices, then the bit each byte tests).
-enum NibbleConst { kNibbleMask, kSixteen, kBitShuffle, kBitSelect, kNumNibbleConsts };
+// Constants of the 4-bit formats (64 bytes each), emitted only for them: the
+// nibble mask, 16 (the fifth bit), the ymm expansion of a mask dword to bytes
+// (vpshufb indices, then the bit each byte tests), IQ4_NL's levels (in every
+// 16-byte lane; + 128 on VNNI) and -1/128 as fp32 (the mins' factor).
+enum NibbleConst { kNibbleMask, kSixteen, kBitShuffle, kBitSelect, kLevels, kMinFactor, kNumNibbleConsts };
 
 class MatMulGenerator : public CodeGenerator {
  public:
@@ -82,16 +87,19 @@ class MatMulGenerator : public CodeGenerator {
     mult_ = kernel.epilogue == Epilogue::SiluMul ? 2 : 1;
     facc_mem_ = shape.fp32_acc_in_memory;
     format_ = kernel.weight;
-    nibbles_ = format_ != ops::DType::Q8_0;
+    nibbles_ = is_packed_4bit(format_);
+    levels_ = format_ == ops::DType::IQ4_NL;
+    mins_ = has_mins(format_);
     block_bytes_ = int(packed_block_bytes(format_));
     LUMEN_ASSERT(block_bytes_ > 0, "matmul kernel: not a packed format");
     // kernel_shape() gives only tiles that fit; the benchmark's explicit
     // shapes must fit too.
     LUMEN_ASSERT(tile_fits(isa, shape.groups * mult_, shape.tokens, facc_mem_),
                  "matmul kernel shape does not fit the register file");
-    // The ymm Q5_0 kernels need one more temporary (high_bits()).
-    LUMEN_ASSERT(format_ != ops::DType::Q5_0 || !is_ymm_isa(isa) || high_bits().getIdx() < 16,
-                 "matmul kernel shape leaves no register for the Q5_0 bits");
+    // The AVX-VNNI kernels with fifth bits or levels need one more
+    // temporary (high_bits(), level_table()); the ymm Q5_0 kernels too.
+    LUMEN_ASSERT((!has_fifth_bits(format_) && !levels_) || !is_ymm_isa(isa) || high_bits().getIdx() < 16,
+                 "matmul kernel shape leaves no register for the fifth bits or the level table");
     generate();
   }
 
@@ -126,6 +134,10 @@ class MatMulGenerator : public CodeGenerator {
   // The ymm Q5_0 kernels expand the fifth bits here: after the x registers
   // (AVX-VNNI) or in the zero() slot, which only AVX-512 uses.
   Xmm high_bits() const { return vec(isa_ == Isa::AvxVnni ? acc_regs() + 1 + int(shape_.tokens) : acc_regs() + 5); }
+  // IQ4_NL's levels for vpshufb, loaded once per block: in tmp_t, which only
+  // the fp32 stage uses, or (AVX-VNNI, whose x registers overlay tmp_t) in
+  // high_bits(), which IQ4_NL has no use for.
+  Xmm level_table() const { return isa_ == Isa::AvxVnni ? high_bits() : tmp_t(); }
 
   // Pointer registers: the packed groups of a body take the first ones, its
   // tokens the next ones (a GEMV has 1 token, so it can stream 8 groups).
@@ -279,6 +291,8 @@ class MatMulGenerator : public CodeGenerator {
     // b / 16, byte b / 8 of the broadcast dword, then bit b % 8 of it.
     for (int i = 0; i < 64; ++i) db(uint8_t((i % 32) / 8));
     for (int i = 0; i < 64; ++i) db(uint8_t(1u << (i % 8)));
+    for (int i = 0; i < 64; ++i) db(uint8_t(quant::kIq4nlValues[i % 16] + (vnni_ ? 128 : 0)));
+    for (int i = 0; i < 16; ++i) dd(std::bit_cast<uint32_t>(-1.0f / 128));
   }
 
   // One register tile: gc output groups x tc tokens at (kMg, kNt).
@@ -351,11 +365,11 @@ class MatMulGenerator : public CodeGenerator {
       for (int h = 0; h < halves_; ++h) {
         for (int t = 0; t < tc; ++t) {
           const Xmm acc = vec(acc_index(tc, i, h, t));
-          if (nibbles_) {
+          if (q_offset(format_) != 0) {
             // sum(x*(q - offset)) = sum(x*q) + ActBlock::sum * offset / 128.
             vpbroadcastd(acc, dword[token_ptr_[t] + xoff_ + offsetof(ActBlock, sum)]);
-            vpsrad(acc, acc, format_ == ops::DType::Q5_0 ? 3 : 4);
-          } else if (vnni_) {
+            vpsrad(acc, acc, q_offset(format_) == 16 ? 3 : 4);
+          } else if (vnni_ && (!nibbles_ || levels_)) {
             vpbroadcastd(acc, dword[token_ptr_[t] + xoff_ + offsetof(ActBlock, sum)]);
           } else {
             vpxor_all(acc);
@@ -370,6 +384,13 @@ class MatMulGenerator : public CodeGenerator {
     auto prefetch_line = [&](int line) {
       for (int i = 0; i < pc; ++i) prefetcht0(ptr[group_ptr_[i] + woff_ + int(shape_.prefetch_bytes) + line]);
     };
+    if (levels_) {
+      if (avx512_) {
+        vmovdqu8(level_table(), nib_cst(kLevels));
+      } else {
+        vmovdqu(level_table(), nib_cst(kLevels));
+      }
+    }
     if (shape_.prefetch_bytes > 0 && avx512_) {
       for (int i = 0; i < pc; ++i)
         for (int line = 0; line < block_bytes_; line += 64)
@@ -407,32 +428,13 @@ class MatMulGenerator : public CodeGenerator {
                 vpdpbusd(vec(acc_index(tc, i, h, t)), w, ptr_b[token_ptr_[t] + xoff_ + xq]);
               }
             }
-          } else if (isa_ == Isa::Avx512) {
-            vmovdqu8(w, w_addr);
-            vpmovb2m(k2, w);
-            vpabsb(w, w);
-            for (int t = 0; t < tc; ++t) {
-              const Xmm sx = tmp_x();
-              vpbroadcastd(sx, ptr[token_ptr_[t] + xoff_ + xq]);
-              vpsubb(sx | k2, zero(), sx);
-              vpmaddubsw(sx, w, sx);
-              vpmaddwd(sx, sx, ones());
-              const Xmm acc = vec(acc_index(tc, i, h, t));
-              vpaddd(acc, acc, sx);
-            }
           } else {
-            const Xmm aw = tmp_s();
-            vmovdqu(w, w_addr);
-            vpabsb(aw, w);
-            for (int t = 0; t < tc; ++t) {
-              const Xmm sx = tmp_x();
-              vpbroadcastd(sx, ptr[token_ptr_[t] + xoff_ + xq]);
-              vpsignb(sx, sx, w);
-              vpmaddubsw(sx, aw, sx);
-              vpmaddwd(sx, sx, ones());
-              const Xmm acc = vec(acc_index(tc, i, h, t));
-              vpaddd(acc, acc, sx);
+            if (avx512_) {
+              vmovdqu8(w, w_addr);
+            } else {
+              vmovdqu(w, w_addr);
             }
+            signed_dot(tc, i, h, w, xq);
           }
         }
       }
@@ -452,14 +454,69 @@ class MatMulGenerator : public CodeGenerator {
           }
           const int a = acc_index(tc, i, h, t);
           vcvtdq2ps(vec(a), vec(a));
+          // In memory, the accumulator stays in vec(a) for the min term.
+          const Xmm facc = facc_mem_ ? vec(a) : vec(nacc + a);
           if (facc_mem_) {
             vfmadd213ps(vec(a), scale, facc_slot(a));
-            vmovups(facc_slot(a), vec(a));
           } else {
             vfmadd231ps(vec(nacc + a), vec(a), scale);
           }
+          if (mins_) min_term(i, h, t, facc, scale);
+          if (facc_mem_) vmovups(facc_slot(a), vec(a));
         }
       }
+    }
+  }
+
+  // Q4_1, Q5_1: facc = fma(m * -1/128, float(ActBlock::sum) * x_scale, facc)
+  // for (group i, half h, token t): m * sum(x) * x_scale, as the scalar
+  // oracle orders it. Clobbers `scratch` (the scale, used) and tmp_w, tmp_x.
+  void min_term(int i, int h, int t, const Xmm& facc, const Xmm& scratch) {
+    const Xmm m = tmp_w(), sx = tmp_x();
+    vcvtph2ps(m, ptr[group_ptr_[i] + woff_ + block_bytes_ - int(kPackedScaleBytes) + 16 * h]);
+    vmulps(m, m, nib_cst(kMinFactor));
+    const Address sum = ptr[token_ptr_[t] + xoff_ + offsetof(ActBlock, sum)];
+    const Address dx = ptr[token_ptr_[t] + xoff_ + offsetof(ActBlock, d)];
+    if (avx512_) {
+      vcvtdq2ps(sx, ptr_b[token_ptr_[t] + xoff_ + offsetof(ActBlock, sum)]);
+      vmulps(sx, sx, ptr_b[token_ptr_[t] + xoff_ + offsetof(ActBlock, d)]);
+    } else {
+      vbroadcastss(sx, sum);
+      vcvtdq2ps(sx, sx);
+      vbroadcastss(scratch, dx);
+      vmulps(sx, sx, scratch);
+    }
+    vfmadd231ps(facc, m, sx);
+  }
+
+  // Non-VNNI int8 weights w (signed; clobbered) of (group i, half h) times
+  // every token's dword at xq: |w| (u8) x (x negated where w < 0) with
+  // vpmaddubsw (cannot saturate: 2*128*127 < 32768), then vpmaddwd by ones.
+  void signed_dot(int tc, int i, int h, const Xmm& w, int xq) {
+    if (avx512_) {
+      vpmovb2m(k2, w);
+      vpabsb(w, w);
+      for (int t = 0; t < tc; ++t) {
+        const Xmm sx = tmp_x();
+        vpbroadcastd(sx, ptr[token_ptr_[t] + xoff_ + xq]);
+        vpsubb(sx | k2, zero(), sx);
+        vpmaddubsw(sx, w, sx);
+        vpmaddwd(sx, sx, ones());
+        const Xmm acc = vec(acc_index(tc, i, h, t));
+        vpaddd(acc, acc, sx);
+      }
+      return;
+    }
+    const Xmm aw = tmp_s();
+    vpabsb(aw, w);
+    for (int t = 0; t < tc; ++t) {
+      const Xmm sx = tmp_x();
+      vpbroadcastd(sx, ptr[token_ptr_[t] + xoff_ + xq]);
+      vpsignb(sx, sx, w);
+      vpmaddubsw(sx, aw, sx);
+      vpmaddwd(sx, sx, ones());
+      const Xmm acc = vec(acc_index(tc, i, h, t));
+      vpaddd(acc, acc, sx);
     }
   }
 
@@ -487,7 +544,7 @@ class MatMulGenerator : public CodeGenerator {
         } else {
           vpand(w, w, nib_cst(kNibbleMask));
         }
-        if (format_ == ops::DType::Q5_0) {
+        if (has_fifth_bits(format_)) {
           if (avx512_) {
             kmovq(k2, qword[group_ptr_[i] + woff_ + hoff]);
             vpaddb(w | k2, w, nib_cst(kSixteen));
@@ -499,6 +556,13 @@ class MatMulGenerator : public CodeGenerator {
             vpcmpeqb(hb, hb, nib_cst(kBitSelect));
             vpand(hb, hb, nib_cst(kSixteen));
             vpor(w, w, hb);
+          }
+        }
+        if (levels_) {
+          vpshufb(w, level_table(), w);
+          if (!vnni_) {
+            signed_dot(tc, i, h, w, xq);
+            continue;
           }
         }
         for (int t = 0; t < tc; ++t) {
@@ -661,7 +725,9 @@ class MatMulGenerator : public CodeGenerator {
   int64_t mult_ = 1;
   bool facc_mem_ = false;
   ops::DType format_ = ops::DType::Q8_0;
-  bool nibbles_ = false;   // a 4-bit format (Q4_0, Q5_0)
+  bool nibbles_ = false;   // a 4-bit format (packed_4bit.h)
+  bool levels_ = false;    // IQ4_NL: q indexes kIq4nlValues
+  bool mins_ = false;      // Q4_1, Q5_1: d * q + m
   int block_bytes_ = 0;    // packed_block_bytes(format_)
   Label consts_, row_masks_, nibble_consts_;
 };

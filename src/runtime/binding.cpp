@@ -398,8 +398,8 @@ void drop_weight_pages(const PackPlan& plan, bool release_file_pages) {
 // formats and their contents. Bump kPackLayoutVersion whenever pack_rows,
 // the conversion to Q8_0 or the plan changes its output (2: weights of every
 // type; 3: Q4_0, Q5_0, Q4_K, Q5_K and Q6_K in their own formats, IQ4_NL
-// converted exactly).
-constexpr int kPackLayoutVersion = 3;
+// converted exactly; 4: Q4_1, Q5_1 and IQ4_NL in their own formats).
+constexpr int kPackLayoutVersion = 4;
 
 // Each tensor's pages are dropped once it is hashed (drop_file_pages): a
 // hit then never holds the GGUF's weights beside the cache's, and a miss
@@ -429,7 +429,7 @@ PackCacheKey pack_cache_key(const CompiledModel& model, const PackPlan& plan, co
 // Rows [row0, row0 + rows) of a matmul weight as GGUF blocks of its packed
 // format `format` (k elements a row): in place when that is the tensor's type,
 // else (format Q8_0) converted into `buffer`: exactly where
-// convert_row_to_q8_0 can (IQ4_NL), else dequantized and requantized with
+// convert_row_to_q8_0 can, else dequantized and requantized with
 // ggml's reference quantizer.
 const void* format_rows(DType format, const gguf::TensorInfo& t, int64_t row0, int64_t rows, int64_t k,
                         std::vector<BlockQ8_0>& buffer) {

@@ -1,5 +1,5 @@
-// Load-time repack of Q4_0 / Q5_0 rows into the 16-row groups the generated
-// kernels stream, and their exact conversions to Q8_0 (layouts in
+// Load-time repack of Q4_0 / Q5_0 / Q4_1 / Q5_1 / IQ4_NL rows into the 16-row
+// groups the generated kernels stream, and the exact conversions to Q8_0 (layouts in
 // include/lumen/target/packed_4bit.h and packed_q8_0.h).
 #include "lumen/target/packed_4bit.h"
 
@@ -13,18 +13,22 @@ namespace lumen {
 namespace {
 
 // The unsigned quants of a GGUF block, decoded once.
-void block_quants(const quant::BlockQ4_0& b, uint8_t q[kQ8Block]) {
+void nibbles_and_fifth_bits(const uint8_t qs[16], const uint8_t qh_bytes[4], uint8_t q[kQ8Block]) {
+  uint32_t qh;
+  std::memcpy(&qh, qh_bytes, 4);
+  for (int e = 0; e < 16; ++e) {
+    q[e] = uint8_t((qs[e] & 0x0F) | ((qh >> e) & 1) << 4);
+    q[e + 16] = uint8_t((qs[e] >> 4) | ((qh >> (e + 16)) & 1) << 4);
+  }
+}
+void block_quants(const quant::BlockQ5_0& b, uint8_t q[kQ8Block]) { nibbles_and_fifth_bits(b.qs, b.qh, q); }
+void block_quants(const quant::BlockQ5_1& b, uint8_t q[kQ8Block]) { nibbles_and_fifth_bits(b.qs, b.qh, q); }
+// Q4_1's and IQ4_NL's nibbles are laid out as Q4_0's.
+template <class Block>
+void block_quants(const Block& b, uint8_t q[kQ8Block]) {
   for (int e = 0; e < 16; ++e) {
     q[e] = b.qs[e] & 0x0F;
     q[e + 16] = b.qs[e] >> 4;
-  }
-}
-void block_quants(const quant::BlockQ5_0& b, uint8_t q[kQ8Block]) {
-  uint32_t qh;
-  std::memcpy(&qh, b.qh, 4);
-  for (int e = 0; e < 16; ++e) {
-    q[e] = uint8_t((b.qs[e] & 0x0F) | ((qh >> e) & 1) << 4);
-    q[e + 16] = uint8_t((b.qs[e] >> 4) | ((qh >> (e + 16)) & 1) << 4);
   }
 }
 
@@ -54,6 +58,7 @@ void pack_4bit_rows(ops::DType format, const Block* src, int64_t rows, int64_t k
       for (int64_t b = 0; b < k_blocks; ++b) {
         uint8_t* blk = group + b * block_bytes;
         std::memcpy(blk + 2 * r, &row[b].d, 2);
+        if constexpr (requires { row[b].m; }) std::memcpy(blk + block_bytes - kPackedScaleBytes + 2 * r, &row[b].m, 2);
         uint8_t q[kQ8Block];
         block_quants(row[b], q);
         for (int v = 0; v < 4; ++v) {
@@ -61,7 +66,7 @@ void pack_4bit_rows(ops::DType format, const Block* src, int64_t rows, int64_t k
             blk[kPackedNibbleOffset + 64 * v + 4 * r + i] = uint8_t((q[8 * v + i] & 0x0F) | (q[8 * v + 4 + i] & 0x0F) << 4);
           }
         }
-        if (format != ops::DType::Q5_0) continue;
+        if (!has_fifth_bits(format)) continue;
         for (int j = 0; j < kQ8Block / 4; ++j) {
           int bits = 0;
           for (int i = 0; i < 4; ++i) bits |= (q[4 * j + i] >> 4) << i;
@@ -72,9 +77,10 @@ void pack_4bit_rows(ops::DType format, const Block* src, int64_t rows, int64_t k
   }
 }
 
-// convert_packed_to_q8_0 for one format: q - offset, as u8 ^ flip.
+// convert_packed_to_q8_0 for one format: the int8 level of each q, as u8 ^ flip.
 template <bool kHighBits>
-void convert_groups(int offset, uint8_t flip, int64_t src_block, const uint8_t* src, int64_t blocks, uint8_t* out) {
+void convert_groups(const int8_t levels[32], uint8_t flip, int64_t src_block, const uint8_t* src, int64_t blocks,
+                    uint8_t* out) {
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* in = src + b * src_block;
     uint8_t* blk = out + b * kPackedBlockBytes;
@@ -89,27 +95,39 @@ void convert_groups(int offset, uint8_t flip, int64_t src_block, const uint8_t* 
       uint8_t* quads = blk + kPackedScaleBytes + 64 * j;
       for (int byte = 0; byte < 64; ++byte) {
         const uint8_t q = uint8_t(((nibbles[byte] >> shift) & 0x0F) | high[byte]);
-        quads[byte] = uint8_t(uint8_t(q - offset) ^ flip);
+        quads[byte] = uint8_t(uint8_t(levels[q]) ^ flip);
       }
     }
   }
 }
 
-}  // namespace
-
-void pack_q4_0(const quant::BlockQ4_0* src, int64_t rows, int64_t k, uint8_t* out, int64_t first_group) {
-  pack_4bit_rows(ops::DType::Q4_0, src, rows, k, out, first_group);
+// The int8 weight level of each q of a format that converts exactly to Q8_0.
+std::array<int8_t, 32> q8_levels(ops::DType format) {
+  std::array<int8_t, 32> levels{};
+  for (int q = 0; q < 32; ++q)
+    levels[size_t(q)] = format == ops::DType::IQ4_NL ? quant::kIq4nlValues[q % 16] : int8_t(q - q_offset(format));
+  return levels;
 }
 
-void pack_q5_0(const quant::BlockQ5_0* src, int64_t rows, int64_t k, uint8_t* out, int64_t first_group) {
-  pack_4bit_rows(ops::DType::Q5_0, src, rows, k, out, first_group);
+}  // namespace
+
+void pack_4bit(ops::DType format, const void* src, int64_t rows, int64_t k, uint8_t* out, int64_t first_group) {
+  switch (format) {
+    case ops::DType::Q4_0: return pack_4bit_rows(format, static_cast<const quant::BlockQ4_0*>(src), rows, k, out, first_group);
+    case ops::DType::Q5_0: return pack_4bit_rows(format, static_cast<const quant::BlockQ5_0*>(src), rows, k, out, first_group);
+    case ops::DType::Q4_1: return pack_4bit_rows(format, static_cast<const quant::BlockQ4_1*>(src), rows, k, out, first_group);
+    case ops::DType::Q5_1: return pack_4bit_rows(format, static_cast<const quant::BlockQ5_1*>(src), rows, k, out, first_group);
+    case ops::DType::IQ4_NL:
+      return pack_4bit_rows(format, static_cast<const quant::BlockIQ4_NL*>(src), rows, k, out, first_group);
+    default: throw std::invalid_argument(std::string("pack_4bit: ") + ops::id_name(format) + " is not a 4-bit packed format");
+  }
 }
 
 int packed_q(ops::DType format, const uint8_t* group, int64_t r, int64_t k) {
   const int64_t b = k / kQ8Block, e = k % kQ8Block, j = e / 4, i = e % 4;
   const uint8_t* blk = group + b * packed_block_bytes(format);
   int q = (blk[kPackedNibbleOffset + 64 * (j / 2) + 4 * r + i] >> (j % 2 ? 4 : 0)) & 0x0F;
-  if (format == ops::DType::Q5_0) q |= ((blk[kPackedHighBitOffset + 8 * j + (4 * r + i) / 8] >> ((4 * r + i) % 8)) & 1) << 4;
+  if (has_fifth_bits(format)) q |= ((blk[kPackedHighBitOffset + 8 * j + (4 * r + i) / 8] >> ((4 * r + i) % 8)) & 1) << 4;
   return q;
 }
 
@@ -119,13 +137,25 @@ uint16_t packed_4bit_scale(ops::DType format, const uint8_t* group, int64_t r, i
   return d;
 }
 
+uint16_t packed_4bit_min(ops::DType format, const uint8_t* group, int64_t r, int64_t block) {
+  if (!has_mins(format)) return 0;
+  uint16_t m;
+  std::memcpy(&m, group + (block + 1) * packed_block_bytes(format) - kPackedScaleBytes + 2 * r, 2);
+  return m;
+}
+
 void convert_packed_to_q8_0(ops::DType format, Isa isa, const uint8_t* src, int64_t groups, int64_t k_blocks,
                             uint8_t* out) {
+  if (!converts_exactly_to_q8_0(format)) {
+    throw std::invalid_argument(std::string("convert_packed_to_q8_0: ") + ops::id_name(format) +
+                                " has no exact Q8_0 conversion");
+  }
   const uint8_t flip = is_vnni_isa(isa) ? 0x80 : 0x00;
-  if (format == ops::DType::Q5_0) {
-    convert_groups<true>(q_offset(format), flip, packed_block_bytes(format), src, groups * k_blocks, out);
+  const std::array<int8_t, 32> levels = q8_levels(format);
+  if (has_fifth_bits(format)) {
+    convert_groups<true>(levels.data(), flip, packed_block_bytes(format), src, groups * k_blocks, out);
   } else {
-    convert_groups<false>(q_offset(format), flip, packed_block_bytes(format), src, groups * k_blocks, out);
+    convert_groups<false>(levels.data(), flip, packed_block_bytes(format), src, groups * k_blocks, out);
   }
 }
 

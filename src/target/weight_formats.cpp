@@ -25,11 +25,8 @@ void pack_rows(ops::DType format, Isa isa, const void* src, int64_t rows, int64_
   switch (format) {
     case ops::DType::Q8_0:
       return pack_q8_0(isa, static_cast<const BlockQ8_0*>(src), rows, k, out, first_group);
-    case ops::DType::Q4_0:
-      return pack_q4_0(static_cast<const quant::BlockQ4_0*>(src), rows, k, out, first_group);
-    case ops::DType::Q5_0:
-      return pack_q5_0(static_cast<const quant::BlockQ5_0*>(src), rows, k, out, first_group);
     default:
+      if (is_packed_4bit(format)) return pack_4bit(format, src, rows, k, out, first_group);
       if (has_packed_kquant(format)) return pack_kquant(format, src, rows, k, out, first_group);
       throw std::invalid_argument(std::string("pack_rows: ") + ops::id_name(format) + " is not a packed format");
   }

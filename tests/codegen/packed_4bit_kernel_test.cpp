@@ -1,9 +1,10 @@
-// The Q4_0 and Q5_0 GEMV and batch kernels against a scalar
-// dequantize-then-dot reference (a transcription of ggml's
-// dequantize_row_q4_0/q5_0 below, in double), for every ISA this CPU runs,
-// every epilogue, odd block counts and row counts, N = 1..9; the batch
-// kernel's rows bit-identical to the GEMV's (batch invariance). Outputs are
-// poisoned first; the padding between output rows must stay poisoned.
+// The Q4_0, Q5_0, Q4_1, Q5_1 and IQ4_NL GEMV and batch kernels against a
+// scalar dequantize-then-dot reference (a transcription of ggml's
+// dequantize_row_* below, in double), for every ISA this CPU runs, every
+// epilogue, odd block counts and row counts, N = 1..9; the batch kernel's rows
+// bit-identical to the GEMV's (batch invariance) and, but for SiLU, to the
+// scalar oracle of the kernels' fp32 order. Outputs are poisoned first; the
+// padding between output rows must stay poisoned.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -29,7 +30,7 @@ using program::KernelId;
 constexpr uint32_t kPoisonBits = 0x7FC0DEADu;
 constexpr Epilogue kAllEpilogues[] = {Epilogue::None, Epilogue::Bias, Epilogue::Residual, Epilogue::BiasResidual,
                                       Epilogue::SiluMul};
-constexpr DType kFormats[] = {DType::Q4_0, DType::Q5_0};
+constexpr DType kFormats[] = {DType::Q4_0, DType::Q5_0, DType::Q4_1, DType::Q5_1, DType::IQ4_NL};
 
 std::vector<Isa> runnable_isas() {
   std::vector<Isa> isas;
@@ -46,28 +47,64 @@ const JitKernel& kernel(Isa isa, const KernelId& id) {
   return *slot;
 }
 
-// ggml's dequantize_row_q4_0 / q5_0 (ggml-quants.c), one block.
+// ggml's dequantize_row_q4_0 / q5_0 / q4_1 / q5_1 / iq4_nl (ggml-quants.c),
+// one block.
 void dequantize_block(DType format, const uint8_t* block, float* y) {
-  uint16_t d16;
+  uint16_t d16, m16 = 0;
   std::memcpy(&d16, block, 2);
-  const float d = f16_to_f32(d16);
-  if (format == DType::Q4_0) {
-    const uint8_t* qs = block + 2;
+  const bool with_min = format == DType::Q4_1 || format == DType::Q5_1;
+  if (with_min) std::memcpy(&m16, block + 2, 2);
+  const float d = f16_to_f32(d16), m = f16_to_f32(m16);
+  const int head = with_min ? 4 : 2;
+  if (format == DType::Q4_0 || format == DType::Q4_1 || format == DType::IQ4_NL) {
+    const uint8_t* qs = block + head;
     for (int j = 0; j < 16; ++j) {
-      y[j] = float((qs[j] & 0x0F) - 8) * d;
-      y[j + 16] = float((qs[j] >> 4) - 8) * d;
+      if (format == DType::Q4_0) {
+        y[j] = float((qs[j] & 0x0F) - 8) * d;
+        y[j + 16] = float((qs[j] >> 4) - 8) * d;
+      } else if (format == DType::Q4_1) {
+        y[j] = float(qs[j] & 0x0F) * d + m;
+        y[j + 16] = float(qs[j] >> 4) * d + m;
+      } else {
+        y[j] = d * float(quant::kIq4nlValues[qs[j] & 0x0F]);
+        y[j + 16] = d * float(quant::kIq4nlValues[qs[j] >> 4]);
+      }
     }
     return;
   }
   uint32_t qh;
-  std::memcpy(&qh, block + 2, 4);
-  const uint8_t* qs = block + 6;
+  std::memcpy(&qh, block + head, 4);
+  const uint8_t* qs = block + head + 4;
   for (int j = 0; j < 16; ++j) {
     const uint8_t xh_0 = uint8_t(((qh >> j) << 4) & 0x10);
     const uint8_t xh_1 = uint8_t((qh >> (j + 12)) & 0x10);
-    y[j] = float(((qs[j] & 0x0F) | xh_0) - 16) * d;
-    y[j + 16] = float(((qs[j] >> 4) | xh_1) - 16) * d;
+    if (format == DType::Q5_0) {
+      y[j] = float(((qs[j] & 0x0F) | xh_0) - 16) * d;
+      y[j + 16] = float(((qs[j] >> 4) | xh_1) - 16) * d;
+    } else {
+      y[j] = float((qs[j] & 0x0F) | xh_0) * d + m;
+      y[j + 16] = float((qs[j] >> 4) | xh_1) * d + m;
+    }
   }
+}
+
+// The kernels' arithmetic for one row of a packed group, in their order: per
+// block acc = fma(float(sum(level * x)), d * x_scale, acc), then for Q4_1 and
+// Q5_1 acc = fma(m * -1/128, float(ActBlock::sum) * x_scale, acc).
+float oracle_dot(DType format, const uint8_t* group, int64_t r, const ActBlock* x, int64_t k_blocks) {
+  float acc = 0.0f;
+  for (int64_t b = 0; b < k_blocks; ++b) {
+    int32_t sum = 0;
+    for (int64_t i = 0; i < 32; ++i) {
+      const int q = packed_q(format, group, r, b * 32 + i);
+      sum += (format == DType::IQ4_NL ? quant::kIq4nlValues[q] : q - q_offset(format)) * x[b].qs[i];
+    }
+    acc = std::fma(float(sum), f16_to_f32(packed_4bit_scale(format, group, r, b)) * x[b].d, acc);
+    if (has_mins(format)) {
+      acc = std::fma(f16_to_f32(packed_4bit_min(format, group, r, b)) * (-1.0f / 128), float(x[b].sum) * x[b].d, acc);
+    }
+  }
+  return acc;
 }
 
 struct Problem {
@@ -79,6 +116,7 @@ struct Problem {
 struct Data {
   std::vector<uint8_t> blocks;    // GGUF blocks: rows (2m for SiluMul: gate then up) x k/32
   std::vector<double> weights;    // their dequantized values
+  std::vector<double> magnitudes; // |d * q| + |m|: what the kernel's rounding scales with
   std::vector<uint8_t> packed;    // packed groups (gate and up alternating for SiluMul)
   std::vector<ActBlock> x;        // kMaxTokens tokens, x_stride apart
   std::vector<float> bias, residual;
@@ -94,13 +132,25 @@ Data make_data(const Problem& p, uint32_t seed) {
   d.blocks.resize(size_t(rows * kb * block_bytes));
   for (auto& b : d.blocks) b = uint8_t(rng());
   d.weights.resize(size_t(rows * p.k));
+  d.magnitudes.resize(d.weights.size());
   for (int64_t b = 0; b < rows * kb; ++b) {
     uint8_t* blk = d.blocks.data() + b * block_bytes;
     const uint16_t scale = f32_to_f16(0.0005f + 0.0001f * float(rng() % 100));
     std::memcpy(blk, &scale, 2);
+    float min = 0.0f;
+    if (has_mins(p.format)) {
+      // Mostly negative, as a quantizer's; both signs, and zero.
+      min = -0.004f + 0.0001f * float(int(rng() % 60) - 10);
+      const uint16_t m16 = f32_to_f16(min);
+      std::memcpy(blk + 2, &m16, 2);
+      min = f16_to_f32(m16);
+    }
     float y[32];
     dequantize_block(p.format, blk, y);
-    for (int i = 0; i < 32; ++i) d.weights[size_t(b * 32 + i)] = y[i];
+    for (int i = 0; i < 32; ++i) {
+      d.weights[size_t(b * 32 + i)] = y[i];
+      d.magnitudes[size_t(b * 32 + i)] = std::fabs(double(y[i]) - min) + std::fabs(min);
+    }
   }
   const int64_t group_bytes = kb * packed_block_bytes(p.format);
   const int64_t groups = (p.m + kPackRows - 1) / kPackRows;
@@ -141,9 +191,9 @@ Expected expected(const Problem& p, const Data& d, int64_t n, int64_t m) {
     for (int64_t b = 0; b < p.k / 32; ++b) {
       const ActBlock& x = d.x[size_t(n * d.x_stride + b)];
       for (int i = 0; i < 32; ++i) {
-        const double term = d.weights[size_t(row * p.k + b * 32 + i)] * double(x.d) * x.qs[i];
-        acc += term;
-        mag += std::fabs(term);
+        const double xv = double(x.d) * x.qs[i];
+        acc += d.weights[size_t(row * p.k + b * 32 + i)] * xv;
+        mag += d.magnitudes[size_t(row * p.k + b * 32 + i)] * std::fabs(xv);
       }
     }
     return acc;
@@ -217,6 +267,20 @@ void check(Isa isa, const Problem& p, const std::vector<int64_t>& token_counts, 
           ADD_FAILURE() << to_string(id) << " N=" << n << " n=" << t << " m=" << m << " got " << got << " want "
                         << w.value << " tol " << tol;
           ++failures;
+        }
+        // The scalar oracle's bits (SiLU's exp is the kernel's own approximation).
+        if (p.epilogue != Epilogue::SiluMul) {
+          const int64_t group_bytes = (p.k / 32) * packed_block_bytes(p.format);
+          float want = oracle_dot(p.format, d.packed.data() + m / 16 * group_bytes, m % 16,
+                                  d.x.data() + t * d.x_stride, p.k / 32);
+          if (p.epilogue == Epilogue::Bias || p.epilogue == Epilogue::BiasResidual) want += d.bias[size_t(m)];
+          if (p.epilogue == Epilogue::Residual || p.epilogue == Epilogue::BiasResidual)
+            want += d.residual[size_t(t * d.r_stride + m)];
+          if (std::bit_cast<uint32_t>(got) != std::bit_cast<uint32_t>(want)) {
+            ADD_FAILURE() << to_string(id) << " N=" << n << " n=" << t << " m=" << m << " got " << got
+                          << " the oracle's " << want;
+            ++failures;
+          }
         }
         // The GEMV ran every token on its own: the batch kernel's rows are the same bits.
         if (std::bit_cast<uint32_t>(got) != std::bit_cast<uint32_t>(gemv[size_t(t * d.y_stride + m)])) {

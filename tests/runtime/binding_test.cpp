@@ -441,15 +441,14 @@ std::vector<float> logits_of(const std::shared_ptr<const CompiledModel>& model, 
 
 // Every weight type binds (matmul weights and the embedding table; the Embed
 // op dequantizes the looked-up rows) and runs as its values do:
-// - a type that converts to Q8_0 exactly (Q4_0, Q5_0 in their own packed
-//   formats, IQ4_NL through the fallback) bitwise as a Q8_0 file holding that
-//   conversion: the native kernels' integer block sums and FMA chain are the
-//   Q8_0 kernels';
+// - a type that converts to Q8_0 exactly (Q4_0, Q5_0, IQ4_NL, in their own
+//   packed formats) bitwise as a Q8_0 file holding that conversion: the
+//   native kernels' integer block sums and FMA chain are the Q8_0 kernels';
 // - the other types without a format of their own bitwise as an F32 file
 //   holding their dequantized values (both requantized to Q8_0 from the same
 //   floats);
-// - the k-quants (their own formats, exact weights) within what requantizing
-//   their values to Q8_0 costs the F32 file.
+// - the k-quants, Q4_1 and Q5_1 (their own formats, exact weights) within
+//   what requantizing their values to Q8_0 costs the F32 file.
 TEST_F(Binding, EveryWeightTypeRunsAsItsValues) {
   for (const ops::DTypeRow& row : ops::kDTypes) {
     if (!row.weight || row.id == ops::DType::Q8_0 || row.id == ops::DType::F32) continue;
@@ -473,7 +472,7 @@ TEST_F(Binding, EveryWeightTypeRunsAsItsValues) {
     o.as_dequantized_f32 = true;
     const std::vector<float> dequantized =
         logits_of(model_declaring(ops::DType::F32), synth_gguf(std::string("type_") + row.name + "_f32", o));
-    if (!has_packed_kquant(row.id)) {
+    if (packed_format(row.id, best_isa(cpu_features())) == ops::DType::Q8_0) {
       EXPECT_EQ(got, dequantized);
       continue;
     }

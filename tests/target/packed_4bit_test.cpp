@@ -1,6 +1,7 @@
-// The packed Q4_0 / Q5_0 layouts: every quant and scale round-trips through
-// the repack, padding rows are zero, the byte count is GGUF's, and both
-// conversions to Q8_0 are exact (the int8 quant is q - offset, the scale d).
+// The packed Q4_0 / Q5_0 / Q4_1 / Q5_1 / IQ4_NL layouts: every quant, scale
+// and min round-trips through the repack, padding rows are zero, the byte
+// count is GGUF's, and both conversions to Q8_0 are exact (the int8 quant is
+// q - offset or IQ4_NL's level, the scale d).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -15,18 +16,22 @@ namespace {
 
 using ops::DType;
 
-// ggml's quant of element e of a block (dequantize_row_q4_0/q5_0), offset included.
+constexpr DType kFormats[] = {DType::Q4_0, DType::Q5_0, DType::Q4_1, DType::Q5_1, DType::IQ4_NL};
+
+// ggml's quant of element e of a block (dequantize_row_q4_0/q5_0/q4_1/q5_1/
+// iq4_nl), Q4_0's and Q5_0's offset included (IQ4_NL's: the level's index).
 int ggml_quant(DType type, const uint8_t* block, int e) {
-  if (type == DType::Q4_0) {
-    const uint8_t* qs = block + 2;
-    return (e < 16 ? qs[e] & 0x0F : qs[e - 16] >> 4) - 8;
+  const int head = type == DType::Q4_1 || type == DType::Q5_1 ? 4 : 2;
+  if (type == DType::Q4_0 || type == DType::Q4_1 || type == DType::IQ4_NL) {
+    const uint8_t* qs = block + head;
+    return (e < 16 ? qs[e] & 0x0F : qs[e - 16] >> 4) - (type == DType::Q4_0 ? 8 : 0);
   }
   uint32_t qh;
-  std::memcpy(&qh, block + 2, 4);
-  const uint8_t* qs = block + 6;
+  std::memcpy(&qh, block + head, 4);
+  const uint8_t* qs = block + head + 4;
   const int j = e % 16;
   const int high = e < 16 ? int(((qh >> j) << 4) & 0x10) : int((qh >> (j + 12)) & 0x10);
-  return ((e < 16 ? qs[j] & 0x0F : qs[j] >> 4) | high) - 16;
+  return ((e < 16 ? qs[j] & 0x0F : qs[j] >> 4) | high) - (type == DType::Q5_0 ? 16 : 0);
 }
 
 std::vector<uint8_t> random_blocks(DType type, int64_t rows, int64_t k, uint32_t seed) {
@@ -37,22 +42,22 @@ std::vector<uint8_t> random_blocks(DType type, int64_t rows, int64_t k, uint32_t
   for (int64_t b = 0; b < rows * k / 32; ++b) {
     const uint16_t d = f32_to_f16(0.001f * float(1 + rng() % 50));
     std::memcpy(blocks.data() + b * ops::row(type).block_bytes, &d, 2);
+    if (has_mins(type)) {
+      const uint16_t m = f32_to_f16(-0.001f * float(rng() % 50));
+      std::memcpy(blocks.data() + b * ops::row(type).block_bytes + 2, &m, 2);
+    }
   }
   return blocks;
 }
 
 std::vector<uint8_t> pack(DType type, const std::vector<uint8_t>& blocks, int64_t rows, int64_t k) {
   std::vector<uint8_t> out(size_t(packed_bytes(type, rows, k)), 0xCC);
-  if (type == DType::Q4_0) {
-    pack_q4_0(reinterpret_cast<const quant::BlockQ4_0*>(blocks.data()), rows, k, out.data(), 0);
-  } else {
-    pack_q5_0(reinterpret_cast<const quant::BlockQ5_0*>(blocks.data()), rows, k, out.data(), 0);
-  }
+  pack_rows(type, Isa::Avx2, blocks.data(), rows, k, out.data(), 0);
   return out;
 }
 
 TEST(Packed4Bit, EveryQuantAndScaleRoundTripsAndPaddingIsZero) {
-  for (DType type : {DType::Q4_0, DType::Q5_0}) {
+  for (DType type : kFormats) {
     for (auto [rows, k] : {std::pair<int64_t, int64_t>{1, 32}, {17, 352}, {33, 96}}) {
       const std::vector<uint8_t> blocks = random_blocks(type, rows, k, uint32_t(rows * k));
       const std::vector<uint8_t> packed = pack(type, blocks, rows, k);
@@ -62,9 +67,11 @@ TEST(Packed4Bit, EveryQuantAndScaleRoundTripsAndPaddingIsZero) {
         const uint8_t* group = packed.data() + row / 16 * group_bytes;
         for (int64_t b = 0; b < k_blocks; ++b) {
           const uint8_t* block = blocks.data() + (row * k_blocks + b) * ops::row(type).block_bytes;
-          uint16_t d = 0;
+          uint16_t d = 0, m = 0;
           if (row < rows) std::memcpy(&d, block, 2);
+          if (row < rows && has_mins(type)) std::memcpy(&m, block + 2, 2);
           ASSERT_EQ(packed_4bit_scale(type, group, row % 16, b), d) << to_string(type) << " row " << row;
+          ASSERT_EQ(packed_4bit_min(type, group, row % 16, b), m) << to_string(type) << " row " << row;
           for (int e = 0; e < 32; ++e) {
             const int want = row < rows ? ggml_quant(type, block, e) + q_offset(type) : 0;
             ASSERT_EQ(packed_q(type, group, row % 16, b * 32 + e), want)
@@ -96,7 +103,6 @@ TEST(Packed4Bit, ConvertsToQ8_0Exactly) {
         ASSERT_EQ(q8[size_t(b)].qs[e], want) << to_string(type) << " block " << b << " element " << e;
       }
     }
-    if (type == DType::IQ4_NL) continue;
     // The packed layout converts to the packed Q8_0 of the same rows (the
     // padding rows have scale 0, whatever their quants).
     const std::vector<uint8_t> packed = pack(type, blocks, rows, k);
@@ -127,6 +133,9 @@ TEST(Packed4Bit, RefusesBadShapes) {
   EXPECT_THROW(pack_q5_0(nullptr, -1, 32, out.data(), 0), std::invalid_argument);
   EXPECT_THROW(packed_bytes(DType::F32, 16, 32), std::invalid_argument);
   EXPECT_THROW(convert_row_to_q8_0(DType::Q4_K, nullptr, nullptr, 256), std::invalid_argument);
+  EXPECT_THROW(convert_row_to_q8_0(DType::Q4_1, nullptr, nullptr, 32), std::invalid_argument);
+  EXPECT_THROW(convert_packed_to_q8_0(DType::Q5_1, Isa::Avx2, nullptr, 1, 1, out.data()), std::invalid_argument);
+  EXPECT_THROW(pack_4bit(DType::Q8_0, nullptr, 1, 32, out.data(), 0), std::invalid_argument);
 }
 
 }  // namespace

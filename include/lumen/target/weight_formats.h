@@ -14,8 +14,10 @@
 namespace lumen {
 
 // The packed layouts the generated kernels stream (packed_q8_0.h,
-// packed_4bit.h: Q4_0, Q5_0; packed_kquant.h: the k-quants' GEMV and batch kernels).
+// packed_4bit.h: Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL; packed_kquant.h: the k-quants'
+// GEMV and batch kernels).
 inline constexpr ops::DType kPackedFormats[] = {ops::DType::Q8_0, ops::DType::Q4_0, ops::DType::Q5_0,
+                                                ops::DType::Q4_1, ops::DType::Q5_1, ops::DType::IQ4_NL,
                                                 ops::DType::Q4_K, ops::DType::Q5_K, ops::DType::Q6_K};
 
 // Whether `format` is one of kPackedFormats.
@@ -32,6 +34,9 @@ constexpr int64_t packed_block_bytes(ops::DType format) {
     case ops::DType::Q8_0: return kPackedBlockBytes;
     case ops::DType::Q4_0: return kPackedQ4_0BlockBytes;
     case ops::DType::Q5_0: return kPackedQ5_0BlockBytes;
+    case ops::DType::Q4_1: return kPackedQ4_1BlockBytes;
+    case ops::DType::Q5_1: return kPackedQ5_1BlockBytes;
+    case ops::DType::IQ4_NL: return kPackedIQ4_NLBlockBytes;
     default: return 0;
   }
 }
