@@ -35,10 +35,10 @@ KernelShape kernel_shape(Isa isa, const program::KernelId& kernel) {
     const int64_t max_tokens = std::min(max_tile_tokens(isa), program::KernelId::kBatchMaxTokens);
     shape.tokens = std::max<int64_t>(
         1, std::min(max_tokens, max_int_accumulators(isa) / (shape.groups * mult * halves)));
-    // AVX-VNNI's Q5_0/Q5_1 and IQ4_NL kernels keep a register for the fifth
+    // AVX-VNNI's Q5_0/Q5_1, IQ4_NL and IQ4_XS kernels keep a register for the fifth
     // bits or the level table beside the int accumulators and one x register
     // per token (16 ymm in all).
-    if (isa == Isa::AvxVnni && (has_fifth_bits(kernel.weight) || kernel.weight == ops::DType::IQ4_NL)) {
+    if (isa == Isa::AvxVnni && (has_fifth_bits(kernel.weight) || has_iq4_levels(kernel.weight))) {
       shape.tokens = std::max<int64_t>(1, std::min(shape.tokens, 14 / (shape.groups * mult * halves + 1)));
     }
     return shape;

@@ -88,7 +88,8 @@ class MatMulGenerator : public CodeGenerator {
     facc_mem_ = shape.fp32_acc_in_memory;
     format_ = kernel.weight;
     nibbles_ = is_packed_4bit(format_);
-    levels_ = format_ == ops::DType::IQ4_NL;
+    levels_ = has_iq4_levels(format_);
+    super_ = int(packed_super_blocks(format_));
     mins_ = has_mins(format_);
     block_bytes_ = int(packed_block_bytes(format_));
     LUMEN_ASSERT(block_bytes_ > 0, "matmul kernel: not a packed format");
@@ -134,9 +135,9 @@ class MatMulGenerator : public CodeGenerator {
   // The ymm Q5_0 kernels expand the fifth bits here: after the x registers
   // (AVX-VNNI) or in the zero() slot, which only AVX-512 uses.
   Xmm high_bits() const { return vec(isa_ == Isa::AvxVnni ? acc_regs() + 1 + int(shape_.tokens) : acc_regs() + 5); }
-  // IQ4_NL's levels for vpshufb, loaded once per block: in tmp_t, which only
+  // IQ4_NL's and IQ4_XS's levels for vpshufb, loaded once per block: in tmp_t, which only
   // the fp32 stage uses, or (AVX-VNNI, whose x registers overlay tmp_t) in
-  // high_bits(), which IQ4_NL has no use for.
+  // high_bits(), which they have no use for.
   Xmm level_table() const { return isa_ == Isa::AvxVnni ? high_bits() : tmp_t(); }
 
   // Pointer registers: the packed groups of a body take the first ones, its
@@ -334,9 +335,15 @@ class MatMulGenerator : public CodeGenerator {
     cmp(xoff_, qword[rsp + kKEnd]);
     jae(k_done, T_NEAR);
     L(k_loop);
-    block_step(pc, tc, nacc);
-    add(woff_, block_bytes_);
-    add(xoff_, sizeof(ActBlock));
+    // A super-block (IQ4_XS: 8 32-blocks) per iteration, unrolled.
+    for (int b = 0; b < super_; ++b) {
+      sub_ = b;
+      xb_ = b * int(sizeof(ActBlock));
+      block_step(pc, tc, nacc);
+    }
+    sub_ = xb_ = 0;
+    add(woff_, block_bytes_ * super_);
+    add(xoff_, int(sizeof(ActBlock)) * super_);
     cmp(xoff_, qword[rsp + kKEnd]);
     jb(k_loop, T_NEAR);
     L(k_done);
@@ -367,10 +374,10 @@ class MatMulGenerator : public CodeGenerator {
           const Xmm acc = vec(acc_index(tc, i, h, t));
           if (q_offset(format_) != 0) {
             // sum(x*(q - offset)) = sum(x*q) + ActBlock::sum * offset / 128.
-            vpbroadcastd(acc, dword[token_ptr_[t] + xoff_ + offsetof(ActBlock, sum)]);
+            vpbroadcastd(acc, dword[token_ptr_[t] + xoff_ + xb_ + offsetof(ActBlock, sum)]);
             vpsrad(acc, acc, q_offset(format_) == 16 ? 3 : 4);
           } else if (vnni_ && (!nibbles_ || levels_)) {
-            vpbroadcastd(acc, dword[token_ptr_[t] + xoff_ + offsetof(ActBlock, sum)]);
+            vpbroadcastd(acc, dword[token_ptr_[t] + xoff_ + xb_ + offsetof(ActBlock, sum)]);
           } else {
             vpxor_all(acc);
           }
@@ -378,12 +385,15 @@ class MatMulGenerator : public CodeGenerator {
       }
     }
     // Software prefetch of the block prefetch_bytes ahead on every weight
-    // stream: the zmm kernels issue its 9 lines at once; the ymm kernels, which
-    // take 4-7 instructions per 32 bytes, one line per 4-k step (6-9% faster
-    // GEMVs on AVX2, docs/kernels.md).
+    // stream: the zmm kernels issue its lines (Q8_0: 9) at once; the ymm
+    // kernels, which take 4-7 instructions per 32 bytes, one line per 4-k step
+    // and the rest with the last (6-9% faster GEMVs on AVX2, docs/kernels.md).
+    // A super-block's lines are shared out among its 32-blocks.
     auto prefetch_line = [&](int line) {
-      for (int i = 0; i < pc; ++i) prefetcht0(ptr[group_ptr_[i] + woff_ + int(shape_.prefetch_bytes) + line]);
+      for (int i = 0; i < pc; ++i) prefetcht0(ptr[group_ptr_[i] + woff_ + int(shape_.prefetch_bytes) + 64 * line]);
     };
+    const int super_lines = (block_bytes_ * super_ + 63) / 64;
+    const int first_line = super_lines * sub_ / super_, end_line = super_lines * (sub_ + 1) / super_;
     if (levels_) {
       if (avx512_) {
         vmovdqu8(level_table(), nib_cst(kLevels));
@@ -393,14 +403,14 @@ class MatMulGenerator : public CodeGenerator {
     }
     if (shape_.prefetch_bytes > 0 && avx512_) {
       for (int i = 0; i < pc; ++i)
-        for (int line = 0; line < block_bytes_; line += 64)
-          prefetcht0(ptr[group_ptr_[i] + woff_ + int(shape_.prefetch_bytes) + line]);
+        for (int line = first_line; line < end_line; ++line)
+          prefetcht0(ptr[group_ptr_[i] + woff_ + int(shape_.prefetch_bytes) + 64 * line]);
     }
     for (int j = 0; j < kQ8Block / 4; ++j) {
       if (shape_.prefetch_bytes > 0 && !avx512_) {
-        if (64 * j < block_bytes_) prefetch_line(64 * j);
-        if (j == kQ8Block / 4 - 1 && block_bytes_ - 32 >= 64 * (j + 1)) {
-          prefetch_line(block_bytes_ - 32);  // Q8_0's ninth line
+        if (first_line + j < end_line) prefetch_line(first_line + j);
+        if (j == kQ8Block / 4 - 1) {
+          for (int line = first_line + j + 1; line < end_line; ++line) prefetch_line(line);  // Q8_0's ninth
         }
       }
       if (nibbles_) {
@@ -410,7 +420,7 @@ class MatMulGenerator : public CodeGenerator {
       const int qoff = int(kPackedScaleBytes) + 64 * j;
       const int xq = int(offsetof(ActBlock, qs)) + 4 * j;
       if (x_in_regs(pc, tc)) {
-        for (int t = 0; t < tc; ++t) vpbroadcastd(x_reg(t), ptr[token_ptr_[t] + xoff_ + xq]);
+        for (int t = 0; t < tc; ++t) vpbroadcastd(x_reg(t), ptr[token_ptr_[t] + xoff_ + xb_ + xq]);
       }
       for (int i = 0; i < pc; ++i) {
         for (int h = 0; h < halves_; ++h) {
@@ -425,7 +435,7 @@ class MatMulGenerator : public CodeGenerator {
               if (x_in_regs(pc, tc)) {
                 vpdpbusd(vec(acc_index(tc, i, h, t)), w, x_reg(t));
               } else {
-                vpdpbusd(vec(acc_index(tc, i, h, t)), w, ptr_b[token_ptr_[t] + xoff_ + xq]);
+                vpdpbusd(vec(acc_index(tc, i, h, t)), w, ptr_b[token_ptr_[t] + xoff_ + xb_ + xq]);
               }
             }
           } else {
@@ -439,17 +449,24 @@ class MatMulGenerator : public CodeGenerator {
         }
       }
     }
-    // fp32: acc_f += float(sum) * (w_scale * x_scale).
+    // fp32: acc_f += float(sum) * (w_scale * x_scale) (IQ4_XS: w_scale = d * (ls - 32)).
     for (int i = 0; i < pc; ++i) {
       for (int h = 0; h < halves_; ++h) {
         const Xmm s = tmp_s();
         vcvtph2ps(s, ptr[group_ptr_[i] + woff_ + 16 * h]);
+        if (format_ == ops::DType::IQ4_XS) {
+          // The 32-block's scale d * (ls - 32), exact in fp32.
+          const Xmm ls = tmp_w();
+          vpmovsxbd(ls, ptr[group_ptr_[i] + woff_ + int(kPackedIQ4_XSScaleOffset + kPackRows * sub_) + 8 * h]);
+          vcvtdq2ps(ls, ls);
+          vmulps(s, s, ls);
+        }
         for (int t = 0; t < tc; ++t) {
           const Xmm scale = tmp_t();
           if (avx512_) {
-            vmulps(scale, s, ptr_b[token_ptr_[t] + xoff_ + offsetof(ActBlock, d)]);
+            vmulps(scale, s, ptr_b[token_ptr_[t] + xoff_ + xb_ + offsetof(ActBlock, d)]);
           } else {
-            vbroadcastss(scale, ptr[token_ptr_[t] + xoff_ + offsetof(ActBlock, d)]);
+            vbroadcastss(scale, ptr[token_ptr_[t] + xoff_ + xb_ + offsetof(ActBlock, d)]);
             vmulps(scale, scale, s);
           }
           const int a = acc_index(tc, i, h, t);
@@ -475,11 +492,11 @@ class MatMulGenerator : public CodeGenerator {
     const Xmm m = tmp_w(), sx = tmp_x();
     vcvtph2ps(m, ptr[group_ptr_[i] + woff_ + block_bytes_ - int(kPackedScaleBytes) + 16 * h]);
     vmulps(m, m, nib_cst(kMinFactor));
-    const Address sum = ptr[token_ptr_[t] + xoff_ + offsetof(ActBlock, sum)];
-    const Address dx = ptr[token_ptr_[t] + xoff_ + offsetof(ActBlock, d)];
+    const Address sum = ptr[token_ptr_[t] + xoff_ + xb_ + offsetof(ActBlock, sum)];
+    const Address dx = ptr[token_ptr_[t] + xoff_ + xb_ + offsetof(ActBlock, d)];
     if (avx512_) {
-      vcvtdq2ps(sx, ptr_b[token_ptr_[t] + xoff_ + offsetof(ActBlock, sum)]);
-      vmulps(sx, sx, ptr_b[token_ptr_[t] + xoff_ + offsetof(ActBlock, d)]);
+      vcvtdq2ps(sx, ptr_b[token_ptr_[t] + xoff_ + xb_ + offsetof(ActBlock, sum)]);
+      vmulps(sx, sx, ptr_b[token_ptr_[t] + xoff_ + xb_ + offsetof(ActBlock, d)]);
     } else {
       vbroadcastss(sx, sum);
       vcvtdq2ps(sx, sx);
@@ -498,7 +515,7 @@ class MatMulGenerator : public CodeGenerator {
       vpabsb(w, w);
       for (int t = 0; t < tc; ++t) {
         const Xmm sx = tmp_x();
-        vpbroadcastd(sx, ptr[token_ptr_[t] + xoff_ + xq]);
+        vpbroadcastd(sx, ptr[token_ptr_[t] + xoff_ + xb_ + xq]);
         vpsubb(sx | k2, zero(), sx);
         vpmaddubsw(sx, w, sx);
         vpmaddwd(sx, sx, ones());
@@ -511,7 +528,7 @@ class MatMulGenerator : public CodeGenerator {
     vpabsb(aw, w);
     for (int t = 0; t < tc; ++t) {
       const Xmm sx = tmp_x();
-      vpbroadcastd(sx, ptr[token_ptr_[t] + xoff_ + xq]);
+      vpbroadcastd(sx, ptr[token_ptr_[t] + xoff_ + xb_ + xq]);
       vpsignb(sx, sx, w);
       vpmaddubsw(sx, aw, sx);
       vpmaddwd(sx, sx, ones());
@@ -523,11 +540,11 @@ class MatMulGenerator : public CodeGenerator {
   // The 4-k step j of a 4-bit format: the weight bytes of nibble half j % 2
   // of vector j / 2 (plus Q5_0's fifth bits), times every token's dword j.
   void nibble_step(int pc, int tc, int j) {
-    const int qoff = int(kPackedNibbleOffset) + 64 * (j / 2);
+    const int qoff = int(packed_nibble_offset(format_, sub_)) + 64 * (j / 2);
     const int hoff = int(kPackedHighBitOffset) + 8 * j;
     const int xq = int(offsetof(ActBlock, qs)) + 4 * j;
     if (x_in_regs(pc, tc)) {
-      for (int t = 0; t < tc; ++t) vpbroadcastd(x_reg(t), ptr[token_ptr_[t] + xoff_ + xq]);
+      for (int t = 0; t < tc; ++t) vpbroadcastd(x_reg(t), ptr[token_ptr_[t] + xoff_ + xb_ + xq]);
     }
     for (int i = 0; i < pc; ++i) {
       for (int h = 0; h < halves_; ++h) {
@@ -573,12 +590,12 @@ class MatMulGenerator : public CodeGenerator {
             if (x_in_regs(pc, tc)) {
               vpdpbusd(acc, w, x_reg(t));
             } else {
-              vpdpbusd(acc, w, ptr_b[token_ptr_[t] + xoff_ + xq]);
+              vpdpbusd(acc, w, ptr_b[token_ptr_[t] + xoff_ + xb_ + xq]);
             }
           } else {
             // u8 q (< 32) x s8 x: vpmaddubsw cannot saturate (2*31*128 < 32768).
             const Xmm sx = tmp_x();
-            vpbroadcastd(sx, ptr[token_ptr_[t] + xoff_ + xq]);
+            vpbroadcastd(sx, ptr[token_ptr_[t] + xoff_ + xb_ + xq]);
             vpmaddubsw(sx, w, sx);
             vpmaddwd(sx, sx, ones());
             vpaddd(acc, acc, sx);
@@ -726,7 +743,9 @@ class MatMulGenerator : public CodeGenerator {
   bool facc_mem_ = false;
   ops::DType format_ = ops::DType::Q8_0;
   bool nibbles_ = false;   // a 4-bit format (packed_4bit.h)
-  bool levels_ = false;    // IQ4_NL: q indexes kIq4nlValues
+  bool levels_ = false;    // IQ4_NL, IQ4_XS: q indexes kIq4nlValues
+  int super_ = 1;          // 32-blocks per k-loop iteration (packed_super_blocks)
+  int sub_ = 0, xb_ = 0;   // the 32-block of the iteration being emitted; its ActBlock's byte offset
   bool mins_ = false;      // Q4_1, Q5_1: d * q + m
   int block_bytes_ = 0;    // packed_block_bytes(format_)
   Label consts_, row_masks_, nibble_consts_;

@@ -1,4 +1,4 @@
-// Load-time repack of Q4_0 / Q5_0 / Q4_1 / Q5_1 / IQ4_NL rows into the 16-row
+// Load-time repack of Q4_0 / Q5_0 / Q4_1 / Q5_1 / IQ4_NL / IQ4_XS rows into the 16-row
 // groups the generated kernels stream, and the exact conversions to Q8_0 (layouts in
 // include/lumen/target/packed_4bit.h and packed_q8_0.h).
 #include "lumen/target/packed_4bit.h"
@@ -77,6 +77,40 @@ void pack_4bit_rows(ops::DType format, const Block* src, int64_t rows, int64_t k
   }
 }
 
+// IQ4_XS: per 256-k super-block the row's d, its eight 6-bit scales as
+// ls - 32, and each 32-block's nibbles in IQ4_NL's order.
+void pack_iq4_xs_rows(const quant::BlockIQ4_XS* src, int64_t rows, int64_t k, uint8_t* out, int64_t first_group) {
+  if (rows < 0 || k <= 0 || k % quant::kQK_K != 0 || first_group < 0) {
+    throw std::invalid_argument("pack_iq4_xs: rows >= 0, k a positive multiple of 256, first_group >= 0");
+  }
+  const int64_t supers = k / quant::kQK_K, group_bytes = supers * kPackedIQ4_XSSuperBytes;
+  const int64_t groups = (rows + kPackRows - 1) / kPackRows;
+  for (int64_t g = 0; g < groups; ++g) {
+    uint8_t* group = out + (first_group + g) * group_bytes;
+    std::memset(group, 0, size_t(group_bytes));  // padding rows: d 0, scales 0, q 0
+    for (int64_t r = 0; r < kPackRows && g * kPackRows + r < rows; ++r) {
+      const quant::BlockIQ4_XS* row = src + (g * kPackRows + r) * supers;
+      for (int64_t sb = 0; sb < supers; ++sb) {
+        const quant::BlockIQ4_XS& x = row[sb];
+        uint8_t* super = group + sb * kPackedIQ4_XSSuperBytes;
+        std::memcpy(super + 2 * r, &x.d, 2);
+        for (int b = 0; b < kIQ4_XSBlocks; ++b) {
+          const int ls = ((x.scales_l[b / 2] >> (4 * (b % 2))) & 0x0F) | (((x.scales_h >> (2 * b)) & 3) << 4);
+          super[kPackedIQ4_XSScaleOffset + kPackRows * b + r] = uint8_t(int8_t(ls - 32));
+          uint8_t q[kQ8Block];
+          for (int e = 0; e < 16; ++e) {
+            q[e] = x.qs[16 * b + e] & 0x0F;
+            q[e + 16] = x.qs[16 * b + e] >> 4;
+          }
+          uint8_t* nibbles = super + packed_nibble_offset(ops::DType::IQ4_XS, b);
+          for (int v = 0; v < 4; ++v)
+            for (int i = 0; i < 4; ++i) nibbles[64 * v + 4 * r + i] = uint8_t(q[8 * v + i] | q[8 * v + 4 + i] << 4);
+        }
+      }
+    }
+  }
+}
+
 // convert_packed_to_q8_0 for one format: the int8 level of each q, as u8 ^ flip.
 template <bool kHighBits>
 void convert_groups(const int8_t levels[32], uint8_t flip, int64_t src_block, const uint8_t* src, int64_t blocks,
@@ -119,22 +153,40 @@ void pack_4bit(ops::DType format, const void* src, int64_t rows, int64_t k, uint
     case ops::DType::Q5_1: return pack_4bit_rows(format, static_cast<const quant::BlockQ5_1*>(src), rows, k, out, first_group);
     case ops::DType::IQ4_NL:
       return pack_4bit_rows(format, static_cast<const quant::BlockIQ4_NL*>(src), rows, k, out, first_group);
+    case ops::DType::IQ4_XS: return pack_iq4_xs_rows(static_cast<const quant::BlockIQ4_XS*>(src), rows, k, out, first_group);
     default: throw std::invalid_argument(std::string("pack_4bit: ") + ops::id_name(format) + " is not a 4-bit packed format");
   }
 }
 
+namespace {
+// The super-block holding 32-block `block`, and the block's index in it.
+const uint8_t* super_block(ops::DType format, const uint8_t* group, int64_t block, int64_t& b) {
+  const int64_t n = packed_super_blocks(format);
+  b = block % n;
+  return group + block / n * n * packed_block_bytes(format);
+}
+}  // namespace
+
 int packed_q(ops::DType format, const uint8_t* group, int64_t r, int64_t k) {
-  const int64_t b = k / kQ8Block, e = k % kQ8Block, j = e / 4, i = e % 4;
-  const uint8_t* blk = group + b * packed_block_bytes(format);
-  int q = (blk[kPackedNibbleOffset + 64 * (j / 2) + 4 * r + i] >> (j % 2 ? 4 : 0)) & 0x0F;
+  const int64_t e = k % kQ8Block, j = e / 4, i = e % 4;
+  int64_t b;
+  const uint8_t* blk = super_block(format, group, k / kQ8Block, b);
+  int q = (blk[packed_nibble_offset(format, b) + 64 * (j / 2) + 4 * r + i] >> (j % 2 ? 4 : 0)) & 0x0F;
   if (has_fifth_bits(format)) q |= ((blk[kPackedHighBitOffset + 8 * j + (4 * r + i) / 8] >> ((4 * r + i) % 8)) & 1) << 4;
   return q;
 }
 
 uint16_t packed_4bit_scale(ops::DType format, const uint8_t* group, int64_t r, int64_t block) {
   uint16_t d;
-  std::memcpy(&d, group + block * packed_block_bytes(format) + 2 * r, 2);
+  int64_t b;
+  std::memcpy(&d, super_block(format, group, block, b) + 2 * r, 2);
   return d;
+}
+
+int packed_4bit_block_scale(ops::DType format, const uint8_t* group, int64_t r, int64_t block) {
+  if (format != ops::DType::IQ4_XS) return 1;
+  int64_t b;
+  return int8_t(super_block(format, group, block, b)[kPackedIQ4_XSScaleOffset + kPackRows * b + r]);
 }
 
 uint16_t packed_4bit_min(ops::DType format, const uint8_t* group, int64_t r, int64_t block) {

@@ -14,8 +14,9 @@ ops::DType packed_format(ops::DType weight, Isa) { return is_packed_format(weigh
 
 int64_t packed_bytes(ops::DType format, int64_t rows, int64_t k) {
   if (has_packed_kquant(format)) return packed_kquant_bytes(format, rows, k);
-  if (rows < 0 || k < 0 || k % kQ8Block != 0 || !is_packed_format(format)) {
-    throw std::invalid_argument("packed_bytes: a packed format, k a non-negative multiple of 32");
+  const int64_t block = ops::row(format).block_elems;
+  if (rows < 0 || k < 0 || k % block != 0 || !is_packed_format(format)) {
+    throw std::invalid_argument("packed_bytes: a packed format, k a non-negative multiple of its block (32 or 256)");
   }
   return (rows + kPackRows - 1) / kPackRows * (k / kQ8Block) * packed_block_bytes(format);
 }

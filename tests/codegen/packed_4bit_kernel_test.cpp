@@ -1,4 +1,4 @@
-// The Q4_0, Q5_0, Q4_1, Q5_1 and IQ4_NL GEMV and batch kernels against a
+// The Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL and IQ4_XS GEMV and batch kernels against a
 // scalar dequantize-then-dot reference (a transcription of ggml's
 // dequantize_row_* below, in double), for every ISA this CPU runs, every
 // epilogue, odd block counts and row counts, N = 1..9; the batch kernel's rows
@@ -30,7 +30,7 @@ using program::KernelId;
 constexpr uint32_t kPoisonBits = 0x7FC0DEADu;
 constexpr Epilogue kAllEpilogues[] = {Epilogue::None, Epilogue::Bias, Epilogue::Residual, Epilogue::BiasResidual,
                                       Epilogue::SiluMul};
-constexpr DType kFormats[] = {DType::Q4_0, DType::Q5_0, DType::Q4_1, DType::Q5_1, DType::IQ4_NL};
+constexpr DType kFormats[] = {DType::Q4_0, DType::Q5_0, DType::Q4_1, DType::Q5_1, DType::IQ4_NL, DType::IQ4_XS};
 
 std::vector<Isa> runnable_isas() {
   std::vector<Isa> isas;
@@ -47,11 +47,26 @@ const JitKernel& kernel(Isa isa, const KernelId& id) {
   return *slot;
 }
 
-// ggml's dequantize_row_q4_0 / q5_0 / q4_1 / q5_1 / iq4_nl (ggml-quants.c),
-// one block.
+// ggml's dequantize_row_q4_0 / q5_0 / q4_1 / q5_1 / iq4_nl / iq4_xs
+// (ggml-quants.c), one block (IQ4_XS: 256 values).
 void dequantize_block(DType format, const uint8_t* block, float* y) {
   uint16_t d16, m16 = 0;
   std::memcpy(&d16, block, 2);
+  if (format == DType::IQ4_XS) {
+    const auto& x = *reinterpret_cast<const quant::BlockIQ4_XS*>(block);
+    const uint8_t* qs = x.qs;
+    for (int ib = 0; ib < 8; ++ib) {
+      const int ls = ((x.scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) | (((x.scales_h >> 2 * ib) & 3) << 4);
+      const float dl = f16_to_f32(x.d) * float(ls - 32);
+      for (int j = 0; j < 16; ++j) {
+        y[j] = dl * float(quant::kIq4nlValues[qs[j] & 0xf]);
+        y[j + 16] = dl * float(quant::kIq4nlValues[qs[j] >> 4]);
+      }
+      y += 32;
+      qs += 16;
+    }
+    return;
+  }
   const bool with_min = format == DType::Q4_1 || format == DType::Q5_1;
   if (with_min) std::memcpy(&m16, block + 2, 2);
   const float d = f16_to_f32(d16), m = f16_to_f32(m16);
@@ -89,17 +104,20 @@ void dequantize_block(DType format, const uint8_t* block, float* y) {
 }
 
 // The kernels' arithmetic for one row of a packed group, in their order: per
-// block acc = fma(float(sum(level * x)), d * x_scale, acc), then for Q4_1 and
-// Q5_1 acc = fma(m * -1/128, float(ActBlock::sum) * x_scale, acc).
+// block acc = fma(float(sum(level * x)), d * x_scale, acc) (IQ4_XS: d * (ls - 32)
+// for d), then for Q4_1 and Q5_1 acc = fma(m * -1/128, float(ActBlock::sum) *
+// x_scale, acc).
 float oracle_dot(DType format, const uint8_t* group, int64_t r, const ActBlock* x, int64_t k_blocks) {
   float acc = 0.0f;
   for (int64_t b = 0; b < k_blocks; ++b) {
     int32_t sum = 0;
     for (int64_t i = 0; i < 32; ++i) {
       const int q = packed_q(format, group, r, b * 32 + i);
-      sum += (format == DType::IQ4_NL ? quant::kIq4nlValues[q] : q - q_offset(format)) * x[b].qs[i];
+      sum += (has_iq4_levels(format) ? quant::kIq4nlValues[q] : q - q_offset(format)) * x[b].qs[i];
     }
-    acc = std::fma(float(sum), f16_to_f32(packed_4bit_scale(format, group, r, b)) * x[b].d, acc);
+    float d = f16_to_f32(packed_4bit_scale(format, group, r, b));
+    if (format == DType::IQ4_XS) d *= float(packed_4bit_block_scale(format, group, r, b));
+    acc = std::fma(float(sum), d * x[b].d, acc);
     if (has_mins(format)) {
       acc = std::fma(f16_to_f32(packed_4bit_min(format, group, r, b)) * (-1.0f / 128), float(x[b].sum) * x[b].d, acc);
     }
@@ -127,13 +145,13 @@ constexpr int64_t kMaxTokens = 9;
 Data make_data(const Problem& p, uint32_t seed) {
   std::mt19937 rng(seed);
   const int64_t kb = p.k / 32, rows = p.epilogue == Epilogue::SiluMul ? 2 * p.m : p.m;
-  const int64_t block_bytes = ops::row(p.format).block_bytes;
+  const int64_t block_bytes = ops::row(p.format).block_bytes, block_elems = ops::row(p.format).block_elems;
   Data d;
-  d.blocks.resize(size_t(rows * kb * block_bytes));
+  d.blocks.resize(size_t(rows * ops::row_bytes(p.format, p.k)));
   for (auto& b : d.blocks) b = uint8_t(rng());
   d.weights.resize(size_t(rows * p.k));
   d.magnitudes.resize(d.weights.size());
-  for (int64_t b = 0; b < rows * kb; ++b) {
+  for (int64_t b = 0; b < rows * p.k / block_elems; ++b) {
     uint8_t* blk = d.blocks.data() + b * block_bytes;
     const uint16_t scale = f32_to_f16(0.0005f + 0.0001f * float(rng() % 100));
     std::memcpy(blk, &scale, 2);
@@ -145,11 +163,11 @@ Data make_data(const Problem& p, uint32_t seed) {
       std::memcpy(blk + 2, &m16, 2);
       min = f16_to_f32(m16);
     }
-    float y[32];
+    float y[256];
     dequantize_block(p.format, blk, y);
-    for (int i = 0; i < 32; ++i) {
-      d.weights[size_t(b * 32 + i)] = y[i];
-      d.magnitudes[size_t(b * 32 + i)] = std::fabs(double(y[i]) - min) + std::fabs(min);
+    for (int64_t i = 0; i < block_elems; ++i) {
+      d.weights[size_t(b * block_elems + i)] = y[i];
+      d.magnitudes[size_t(b * block_elems + i)] = std::fabs(double(y[i]) - min) + std::fabs(min);
     }
   }
   const int64_t group_bytes = kb * packed_block_bytes(p.format);
@@ -158,7 +176,7 @@ Data make_data(const Problem& p, uint32_t seed) {
   d.packed.resize(size_t(mult * groups * group_bytes));
   // The layout is the same on every ISA.
   if (p.epilogue == Epilogue::SiluMul) {
-    pack_gate_up_rows(p.format, Isa::Avx2, d.blocks.data(), d.blocks.data() + p.m * kb * block_bytes, p.m, p.k,
+    pack_gate_up_rows(p.format, Isa::Avx2, d.blocks.data(), d.blocks.data() + p.m * ops::row_bytes(p.format, p.k), p.m, p.k,
                       d.packed.data());
   } else {
     pack_rows(p.format, Isa::Avx2, d.blocks.data(), p.m, p.k, d.packed.data(), 0);
@@ -242,10 +260,34 @@ std::vector<float> run(Isa isa, const KernelId& id, const Problem& p, const Data
   return y;
 }
 
-void check(Isa isa, const Problem& p, const std::vector<int64_t>& token_counts, uint32_t seed) {
+// The reference and the oracle of every (token, row), computed once for
+// every ISA and N (they are scalar: most of the test's time).
+struct Wanted {
+  std::vector<Expected> reference;
+  std::vector<float> oracle;  // SiluMul: none
+};
+Wanted wanted(const Problem& p, const Data& d) {
+  Wanted w;
+  const int64_t group_bytes = (p.k / 32) * packed_block_bytes(p.format);
+  for (int64_t t = 0; t < kMaxTokens; ++t) {
+    for (int64_t m = 0; m < p.m; ++m) {
+      w.reference.push_back(expected(p, d, t, m));
+      // The scalar oracle's bits (SiLU's exp is the kernel's own approximation).
+      if (p.epilogue == Epilogue::SiluMul) continue;
+      float o = oracle_dot(p.format, d.packed.data() + m / 16 * group_bytes, m % 16, d.x.data() + t * d.x_stride,
+                           p.k / 32);
+      if (p.epilogue == Epilogue::Bias || p.epilogue == Epilogue::BiasResidual) o += d.bias[size_t(m)];
+      if (p.epilogue == Epilogue::Residual || p.epilogue == Epilogue::BiasResidual)
+        o += d.residual[size_t(t * d.r_stride + m)];
+      w.oracle.push_back(o);
+    }
+  }
+  return w;
+}
+
+void check(Isa isa, const Problem& p, const Data& d, const Wanted& wanted, const std::vector<int64_t>& token_counts) {
   SCOPED_TRACE(testing::Message() << to_string(isa) << " " << to_string(p.format) << " "
                                   << to_string(p.epilogue) << " M=" << p.m << " K=" << p.k);
-  const Data d = make_data(p, seed);
   const std::vector<float> gemv = run(isa, KernelId::gemv(p.epilogue, p.format), p, d, kMaxTokens);
   for (int64_t n : token_counts) {
     const KernelId id = n == 1 ? KernelId::gemv(p.epilogue, p.format) : KernelId::batch(p.epilogue, p.format);
@@ -261,21 +303,15 @@ void check(Isa isa, const Problem& p, const std::vector<int64_t>& token_counts, 
           }
           continue;
         }
-        const Expected w = expected(p, d, t, m);
+        const Expected w = wanted.reference[size_t(t * p.m + m)];
         const double tol = tolerance::kFp32ReorderRelative * w.magnitude + tolerance::kZeroFloor;
         if (!(std::fabs(double(got) - w.value) <= tol)) {
           ADD_FAILURE() << to_string(id) << " N=" << n << " n=" << t << " m=" << m << " got " << got << " want "
                         << w.value << " tol " << tol;
           ++failures;
         }
-        // The scalar oracle's bits (SiLU's exp is the kernel's own approximation).
         if (p.epilogue != Epilogue::SiluMul) {
-          const int64_t group_bytes = (p.k / 32) * packed_block_bytes(p.format);
-          float want = oracle_dot(p.format, d.packed.data() + m / 16 * group_bytes, m % 16,
-                                  d.x.data() + t * d.x_stride, p.k / 32);
-          if (p.epilogue == Epilogue::Bias || p.epilogue == Epilogue::BiasResidual) want += d.bias[size_t(m)];
-          if (p.epilogue == Epilogue::Residual || p.epilogue == Epilogue::BiasResidual)
-            want += d.residual[size_t(t * d.r_stride + m)];
+          const float want = wanted.oracle[size_t(t * p.m + m)];
           if (std::bit_cast<uint32_t>(got) != std::bit_cast<uint32_t>(want)) {
             ADD_FAILURE() << to_string(id) << " N=" << n << " n=" << t << " m=" << m << " got " << got
                           << " the oracle's " << want;
@@ -294,17 +330,22 @@ void check(Isa isa, const Problem& p, const std::vector<int64_t>& token_counts, 
 
 TEST(Packed4BitKernels, GemvAndBatchEveryIsaEpilogueAndShape) {
   uint32_t seed = 0;
-  for (Isa isa : runnable_isas()) {
-    for (DType format : kFormats) {
-      for (Epilogue e : kAllEpilogues) {
-        for (int64_t k : {32, 352, 896, 4864}) {
-          // Every N on the small K; fewer on the large ones (the reference is scalar).
-          const std::vector<int64_t> ns = k <= 352   ? std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9}
-                                          : k == 896 ? std::vector<int64_t>{1, 2, 7, 9}
-                                                     : std::vector<int64_t>{1, 8};
-          for (int64_t m : {1, 3, 17, 33, 80}) {
-            if (k == 4864 && m != 17 && m != 80) continue;
-            check(isa, Problem{format, e, m, k}, ns, ++seed);
+  for (DType format : kFormats) {
+    for (Epilogue e : kAllEpilogues) {
+      // IQ4_XS: 1, 3, 5 and 19 super-blocks.
+      const bool super = format == DType::IQ4_XS;
+      for (int64_t k : super ? std::vector<int64_t>{256, 768, 1280, 4864} : std::vector<int64_t>{32, 352, 896, 4864}) {
+        // Every N on the small K; fewer on the large ones.
+        const std::vector<int64_t> ns = k <= 768   ? std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9}
+                                        : k < 4864 ? std::vector<int64_t>{1, 2, 7, 9}
+                                                   : std::vector<int64_t>{1, 8};
+        for (int64_t m : {1, 3, 17, 33, 80}) {
+          if (k == 4864 && m != 17 && m != 80) continue;
+          const Problem p{format, e, m, k};
+          const Data d = make_data(p, ++seed);
+          const Wanted w = wanted(p, d);
+          for (Isa isa : runnable_isas()) {
+            check(isa, p, d, w, ns);
             if (HasFailure()) return;
           }
         }

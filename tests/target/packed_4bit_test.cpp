@@ -39,7 +39,7 @@ std::vector<uint8_t> random_blocks(DType type, int64_t rows, int64_t k, uint32_t
   const int64_t bytes = ops::row_bytes(type, k);
   std::vector<uint8_t> blocks(size_t(rows * bytes));
   for (auto& b : blocks) b = uint8_t(rng());
-  for (int64_t b = 0; b < rows * k / 32; ++b) {
+  for (int64_t b = 0; b < rows * k / ops::row(type).block_elems; ++b) {
     const uint16_t d = f32_to_f16(0.001f * float(1 + rng() % 50));
     std::memcpy(blocks.data() + b * ops::row(type).block_bytes, &d, 2);
     if (has_mins(type)) {
@@ -77,6 +77,34 @@ TEST(Packed4Bit, EveryQuantAndScaleRoundTripsAndPaddingIsZero) {
             ASSERT_EQ(packed_q(type, group, row % 16, b * 32 + e), want)
                 << to_string(type) << " row " << row << " k " << b * 32 + e;
           }
+        }
+      }
+    }
+  }
+}
+
+// IQ4_XS: per 32-block the super-block's d, ls - 32 and the nibbles
+// (dequantize_row_iq4_xs's order), at 138 B per 256 weights per row.
+TEST(Packed4Bit, IQ4_XSRoundTripsAndPaddingIsZero) {
+  for (auto [rows, k] : {std::pair<int64_t, int64_t>{1, 256}, {17, 768}, {33, 1280}}) {
+    const std::vector<uint8_t> blocks = random_blocks(DType::IQ4_XS, rows, k, uint32_t(rows + k));
+    const std::vector<uint8_t> packed = pack(DType::IQ4_XS, blocks, rows, k);
+    const int64_t supers = k / 256, group_bytes = supers * kPackedIQ4_XSSuperBytes;
+    EXPECT_EQ(int64_t(packed.size()), (rows + 15) / 16 * 16 * supers * 138);
+    for (int64_t row = 0; row < (rows + 15) / 16 * 16; ++row) {
+      const uint8_t* group = packed.data() + row / 16 * group_bytes;
+      for (int64_t b = 0; b < k / 32; ++b) {
+        quant::BlockIQ4_XS x{};
+        if (row < rows) std::memcpy(&x, blocks.data() + (row * supers + b / 8) * sizeof(x), sizeof(x));
+        const int ib = int(b % 8);
+        const int ls = ((x.scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) | (((x.scales_h >> 2 * ib) & 3) << 4);
+        ASSERT_EQ(packed_4bit_scale(DType::IQ4_XS, group, row % 16, b), row < rows ? x.d : 0) << "row " << row;
+        ASSERT_EQ(packed_4bit_block_scale(DType::IQ4_XS, group, row % 16, b), row < rows ? ls - 32 : 0)
+            << "row " << row << " block " << b;
+        for (int e = 0; e < 32; ++e) {
+          const uint8_t byte = x.qs[16 * ib + e % 16];
+          const int want = row < rows ? (e < 16 ? byte & 0x0F : byte >> 4) : 0;
+          ASSERT_EQ(packed_q(DType::IQ4_XS, group, row % 16, b * 32 + e), want) << "row " << row << " k " << b * 32 + e;
         }
       }
     }
@@ -136,6 +164,8 @@ TEST(Packed4Bit, RefusesBadShapes) {
   EXPECT_THROW(convert_row_to_q8_0(DType::Q4_1, nullptr, nullptr, 32), std::invalid_argument);
   EXPECT_THROW(convert_packed_to_q8_0(DType::Q5_1, Isa::Avx2, nullptr, 1, 1, out.data()), std::invalid_argument);
   EXPECT_THROW(pack_4bit(DType::Q8_0, nullptr, 1, 32, out.data(), 0), std::invalid_argument);
+  EXPECT_THROW(pack_4bit(DType::IQ4_XS, nullptr, 1, 288, out.data(), 0), std::invalid_argument);
+  EXPECT_THROW(packed_bytes(DType::IQ4_XS, 16, 288), std::invalid_argument);
 }
 
 }  // namespace

@@ -14,11 +14,12 @@
 namespace lumen {
 
 // The packed layouts the generated kernels stream (packed_q8_0.h,
-// packed_4bit.h: Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL; packed_kquant.h: the k-quants'
+// packed_4bit.h: Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL, IQ4_XS; packed_kquant.h: the k-quants'
 // GEMV and batch kernels).
 inline constexpr ops::DType kPackedFormats[] = {ops::DType::Q8_0, ops::DType::Q4_0, ops::DType::Q5_0,
                                                 ops::DType::Q4_1, ops::DType::Q5_1, ops::DType::IQ4_NL,
-                                                ops::DType::Q4_K, ops::DType::Q5_K, ops::DType::Q6_K};
+                                                ops::DType::IQ4_XS, ops::DType::Q4_K, ops::DType::Q5_K,
+                                                ops::DType::Q6_K};
 
 // Whether `format` is one of kPackedFormats.
 constexpr bool is_packed_format(ops::DType format) {
@@ -37,6 +38,7 @@ constexpr int64_t packed_block_bytes(ops::DType format) {
     case ops::DType::Q4_1: return kPackedQ4_1BlockBytes;
     case ops::DType::Q5_1: return kPackedQ5_1BlockBytes;
     case ops::DType::IQ4_NL: return kPackedIQ4_NLBlockBytes;
+    case ops::DType::IQ4_XS: return kPackedIQ4_XSBlockBytes;  // the mean: its super-blocks hold 8
     default: return 0;
   }
 }
@@ -44,7 +46,7 @@ constexpr int64_t packed_block_bytes(ops::DType format) {
 // Bytes of a rows x k matrix in packed `format`, rows padded up to the group
 // (every format's groups are kPackRows rows). Throws std::invalid_argument for
 // a type that is not a packed format or a k that is not a multiple of its
-// block (32; 256 for the k-quants).
+// block (32; 256 for the k-quants and IQ4_XS).
 int64_t packed_bytes(ops::DType format, int64_t rows, int64_t k);
 
 // Packs `rows` rows of GGUF blocks of type `format` (k elements each) at
