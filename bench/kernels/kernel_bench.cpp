@@ -332,7 +332,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.01, 10000.0));
   app.add_option("--cold-bytes", cold_bytes, "weight bytes cycled through per shape (beyond the caches)");
   app.add_option("--format", format_name,
-                 "packed weight format: q8_0, q4_0, q5_0, q4_1, q5_1 or iq4_nl (the table only); q4_k, q5_k or q6_k (GEMV and batch "
+                 "packed weight format: q8_0, q4_0, q5_0, q4_1, q5_1, iq4_nl or iq4_xs (the table only); q4_k, q5_k or q6_k (GEMV and batch "
                  "kernels, K = 4864)");
   std::string only;
   app.add_option("--shape", only, "run only shapes whose name contains this");
@@ -502,6 +502,11 @@ int main(int argc, char** argv) {
                "vs gemv", converts ? "   conv  batch/t" : "");
     for (const Shape& s : shapes) {
       if (std::string(s.name).find(only) == std::string::npos) continue;
+      if (s.k % ops::row(*format).block_elems != 0) {
+        fmt::print("{:<18} skipped: K is not a multiple of {}'s {}-element block\n", s.name, format_name,
+                   ops::row(*format).block_elems);
+        continue;
+      }
       // The GEMV streams `format` (cold). The GEMM of a converted format reads
       // the rows a task converted into its scratch, which stays in cache: one
       // Q8_0 copy stands in for it.
