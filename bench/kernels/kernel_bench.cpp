@@ -317,7 +317,8 @@ int main(int argc, char** argv) {
   std::vector<int> thread_counts = {1, 2};
   std::string gemm_tile;
   int64_t tokens_per_task = 64;
-  int64_t prefetch = -1, gemm_prefetch = -1;
+  int64_t prefetch = -1, gemm_prefetch = -1, gemv_groups = 0;
+  bool gemv_acc_in_memory = false;
   double window_ms = 20;
   std::string sweep;
   int64_t cold_bytes = int64_t(512) << 20;
@@ -327,6 +328,10 @@ int main(int argc, char** argv) {
   app.add_option("--tile", gemm_tile, "GEMM register tile, m<M>n<N> (default: the schedule pass's for the ISA)");
   app.add_option("--tokens-per-task", tokens_per_task, "GEMM tokens per kernel call");
   app.add_option("--prefetch", prefetch, "GEMV software prefetch distance in bytes (-1: kernel default)");
+  app.add_option("--gemv-groups", gemv_groups, "GEMV packed groups streamed at once in the table (0: kernel default)")
+      ->check(CLI::Range(0, 8));
+  app.add_flag("--gemv-acc-in-memory", gemv_acc_in_memory,
+               "the table's GEMV keeps its fp32 accumulators in stack slots (ymm ISAs)");
   app.add_option("--gemm-prefetch", gemm_prefetch, "GEMM software prefetch distance in bytes (-1: kernel default)");
   app.add_option("--window-ms", window_ms, "length of one timed sample (best of 10 is reported)")
       ->check(CLI::Range(0.01, 10000.0));
@@ -522,6 +527,14 @@ int main(int argc, char** argv) {
       const KernelId gemv = KernelId::gemv(s.epilogue, *format);
       KernelShape gemv_shape = codegen::kernel_shape(isa, gemv);
       if (prefetch >= 0) gemv_shape.prefetch_bytes = prefetch;
+      if (gemv_groups > 0) gemv_shape.groups = gemv_groups;
+      if (gemv_acc_in_memory) gemv_shape.fp32_acc_in_memory = true;
+      if (!tile_fits(isa, gemv_shape.groups * (s.epilogue == Epilogue::SiluMul ? 2 : 1), 1,
+                     gemv_shape.fp32_acc_in_memory)) {
+        fmt::print(stderr, "lumen-bench-kernels: {} GEMV groups{} do not fit {}'s registers\n", gemv_shape.groups,
+                   gemv_shape.fp32_acc_in_memory ? " (fp32 accumulators in memory)" : "", to_string(isa));
+        return 1;
+      }
       JitKernel gemv_kernel(codegen::generate_matmul_kernel(isa, gemv, gemv_shape));
       const Weights& streamed = converts ? native : w;
       const double t_gemv = time_matmul(pool, gemv_kernel.fn(), streamed, s, x, y, bias, 1, 1, window);

@@ -55,9 +55,19 @@ class Planner {
   void number_positions() {
     int pos = 0;
     def_[f_.tokens] = pos++;
+    const ir::Op* previous = nullptr;
     auto visit = [&](const ir::Op& op) {
       for (ValueId v : ir::op_inputs(op)) use(v, pos, op.line);
+      // The runtime may quantize a matmul's or attention's output inside the
+      // producer's tasks (docs/runtime.md, "Row runs and folded quantizes"):
+      // such a Quantize's result is born with its operand, so that it never
+      // shares bytes with what the producer reads.
+      if (op.kind == ops::OpId::Quantize && previous != nullptr && op.operands.size() == 1 &&
+          op.operands[0] == previous->result &&
+          (previous->kind == ops::OpId::MatMul || previous->kind == ops::OpId::Attention))
+        born_[op.result] = pos - 1;
       def_[op.result] = pos++;
+      previous = &op;
     };
     for (const auto& op : f_.pre) visit(op);
     if (f_.loop) {
@@ -213,7 +223,8 @@ class Planner {
     for (size_t i = 0; i < buffers_.size(); ++i) {
       live[i].begin = INT32_MAX;
       for (ValueId v : buffers_[i].values) {
-        live[i].begin = std::min(live[i].begin, def_.at(v));
+        const auto early = born_.find(v);
+        live[i].begin = std::min(live[i].begin, early != born_.end() ? early->second : def_.at(v));
         live[i].end = std::max(live[i].end, last_use(v));
       }
     }
@@ -272,6 +283,7 @@ class Planner {
   ir::Module& m_;
   ir::Function& f_;
   std::map<ValueId, int> def_, last_use_, last_reader_line_;
+  std::map<ValueId, int> born_;  // values live from before their definition (number_positions)
   int loop_begin_ = -1, loop_end_ = -1;
   std::map<ValueId, Slot> slots_;
   std::vector<ir::ArenaBuffer> buffers_;

@@ -57,6 +57,9 @@ void Session::Impl::run_matmul(const ROp& r, const ROp::MatMulKernel& k, const P
     args.residual = residual ? r.residual.f32(tok0) + row0 : nullptr;
     args.n_tokens = std::min(token_block, n - tok0);
     k.fn(&args);
+    if (r.quantizes_output)
+      for (int64_t t = tok0; t < tok0 + args.n_tokens; ++t)
+        quantize_act(y.f32(t) + row0, r.quantized.act(t) + row0 / kQ8Block, args.m_rows);
   });
   if (options.profile) {
     Profile& prof = profile[k.profile_key];
@@ -67,29 +70,35 @@ void Session::Impl::run_matmul(const ROp& r, const ROp::MatMulKernel& k, const P
   }
 }
 
+// One row of an Attention's K/V store: row t's K (already rotated) and V in
+// its slot at its position.
+void Session::Impl::store_kv_row(const ROp& r, int64_t layer, int64_t t) {
+  const int64_t kv_dim = kv.width(r.kv_slot);
+  uint8_t* kc = kv.k(layer, r.kv_slot, row_slot[static_cast<size_t>(t)]);
+  uint8_t* vc = kv.v(layer, r.kv_slot, row_slot[static_cast<size_t>(t)]);
+  const int64_t at = row_pos[static_cast<size_t>(t)] * kv.row_bytes(r.kv_slot);
+  switch (kv.type()) {
+    case KvType::F16:
+      kernels::to_f16(r.in[1].f32(t), reinterpret_cast<uint16_t*>(kc + at), kv_dim);
+      kernels::to_f16(r.in[2].f32(t), reinterpret_cast<uint16_t*>(vc + at), kv_dim);
+      break;
+    case KvType::F32:
+      std::memcpy(kc + at, r.in[1].f32(t), static_cast<size_t>(kv_dim) * sizeof(float));
+      std::memcpy(vc + at, r.in[2].f32(t), static_cast<size_t>(kv_dim) * sizeof(float));
+      break;
+    case KvType::Q8_0:
+      kernels::to_q8_0(r.in[1].f32(t), reinterpret_cast<BlockQ8_0*>(kc + at), kv_dim);
+      kernels::to_q8_0(r.in[2].f32(t), reinterpret_cast<BlockQ8_0*>(vc + at), kv_dim);
+      break;
+  }
+}
+
 void Session::Impl::run_attention(const ROp& r, int64_t layer, int64_t n) {
   const int64_t kv_dim = kv.width(r.kv_slot);
   const bool windowed = r.window > 0 && (r.window_pattern == 0 || layer % r.window_pattern < r.window_pattern - 1);
-  // Store this batch's K (already rotated) and V in their slots at their positions.
-  pool->parallel_for(n, [&](int64_t t, int) {
-    uint8_t* kc = kv.k(layer, r.kv_slot, row_slot[static_cast<size_t>(t)]);
-    uint8_t* vc = kv.v(layer, r.kv_slot, row_slot[static_cast<size_t>(t)]);
-    const int64_t at = row_pos[static_cast<size_t>(t)] * kv.row_bytes(r.kv_slot);
-    switch (kv.type()) {
-      case KvType::F16:
-        kernels::to_f16(r.in[1].f32(t), reinterpret_cast<uint16_t*>(kc + at), kv_dim);
-        kernels::to_f16(r.in[2].f32(t), reinterpret_cast<uint16_t*>(vc + at), kv_dim);
-        break;
-      case KvType::F32:
-        std::memcpy(kc + at, r.in[1].f32(t), static_cast<size_t>(kv_dim) * sizeof(float));
-        std::memcpy(vc + at, r.in[2].f32(t), static_cast<size_t>(kv_dim) * sizeof(float));
-        break;
-      case KvType::Q8_0:
-        kernels::to_q8_0(r.in[1].f32(t), reinterpret_cast<BlockQ8_0*>(kc + at), kv_dim);
-        kernels::to_q8_0(r.in[2].f32(t), reinterpret_cast<BlockQ8_0*>(vc + at), kv_dim);
-        break;
-    }
-  });
+  // Store this batch's K (already rotated) and V in their slots at their
+  // positions, unless the row run before the op did (ROp::kv_stored_by_run).
+  if (!r.kv_stored_by_run) pool->parallel_for(n, [&](int64_t t, int) { store_kv_row(r, layer, t); });
   const int64_t group = r.n_heads / r.n_heads_kv;
   const float scale = r.attn_scale;
   // Tasks are (kv head, block of kAttentionTokens tokens of one sequence):
@@ -132,7 +141,81 @@ void Session::Impl::run_attention(const ROp& r, int64_t layer, int64_t n) {
       case KvType::F32: kernels::attention_block_f32(b); break;
       case KvType::Q8_0: kernels::attention_block_q8_0(b); break;
     }
+    if (r.quantizes_output) {
+      const int64_t col0 = kv_head * group * r.head_dim;
+      for (int64_t t = t0; t < t0 + b.n_tokens; ++t)
+        quantize_act(r.out.f32(t) + col0, r.quantized.act(t) + col0 / kQ8Block, group * r.head_dim);
+    }
   });
+}
+
+// One row of a row-local op (the op list's row_local): the same arithmetic
+// whether the op runs alone or in a row run.
+void Session::Impl::run_row(const ROp& r, int64_t layer, int64_t i, int thread) {
+  const Op& op = *r.op;
+  switch (op.kind) {
+    case OpId::Embed: {
+      const gguf::TensorInfo* t = tensor(op.weights[0], layer);
+      const int64_t stride = static_cast<int64_t>(t->n_bytes) / t->ne[1];
+      // The table may be of any weight type (the plan checked it is one).
+      const DType type = *::lumen::ops::dtype_of_ggml(static_cast<uint32_t>(t->type));
+      quant::dequantize_row(type, t->data + *r.in[0].i32(i) * stride, r.out.f32(i), r.out.cols);
+      break;
+    }
+    case OpId::RmsNorm:
+    case OpId::RmsNormQuant: {
+      const float* w = reinterpret_cast<const float*>(tensor(op.weights[0], layer)->data);
+      const int64_t cols = r.in[0].cols, group = r.head_dim;
+      if (op.kind == OpId::RmsNorm) {
+        for (int64_t c = 0; c < cols; c += group) kernels::rms_norm(r.in[0].f32(i) + c, w, r.out.f32(i) + c, group, r.eps);
+      } else {
+        float* tmp = scratch[static_cast<size_t>(thread)].row.data();
+        for (int64_t c = 0; c < cols; c += group) kernels::rms_norm(r.in[0].f32(i) + c, w, tmp + c, group, r.eps);
+        quantize_act(tmp, r.out.act(i), cols);
+      }
+      break;
+    }
+    case OpId::Quantize: quantize_act(r.in[0].f32(i), r.out.act(i), r.in[0].cols); break;
+    case OpId::Rope: {
+      const RView& target = r.out.buffer >= 0 ? r.out : r.in[0];
+      const gguf::TensorInfo* factors = op.weights.empty() ? nullptr : tensor(op.weights[0], layer);
+      const float* freq_factors = factors != nullptr ? reinterpret_cast<const float*>(factors->data) : nullptr;
+      float* x = target.f32(i);
+      if (!target.same_place(r.in[0])) std::memcpy(x, r.in[0].f32(i), static_cast<size_t>(r.in[0].cols) * sizeof(float));
+      float* cos_sin = scratch[static_cast<size_t>(thread)].cos_sin.data();
+      kernels::rope_angles(row_pos[static_cast<size_t>(i)], r.head_dim, r.rope_base, cos_sin, freq_factors);
+      kernels::rope(x, r.n_heads, r.head_dim, cos_sin, op.rope_mode);
+      break;
+    }
+    case OpId::Add:
+    case OpId::Mul:
+    case OpId::Silu:
+    case OpId::SiluMul: {
+      const float* w = !op.weights.empty() ? reinterpret_cast<const float*>(tensor(op.weights[0], layer)->data) : nullptr;
+      const int64_t cols = r.in[0].cols;
+      const float* a = r.in[0].f32(i);
+      const float* b = r.in.size() > 1 ? r.in[1].f32(i) : w;
+      float* y = r.out.f32(i);
+      for (int64_t c = 0; c < cols; ++c) {
+        switch (op.kind) {
+          case OpId::Add: y[c] = a[c] + b[c]; break;
+          case OpId::Mul: y[c] = a[c] * b[c]; break;
+          case OpId::Silu: y[c] = kernels::silu(a[c]); break;
+          default: y[c] = kernels::silu(a[c]) * b[c]; break;
+        }
+      }
+      break;
+    }
+    case OpId::Softmax: kernels::softmax_row(r.in[0].f32(i), r.out.f32(i), r.in[0].cols); break;
+    default: {
+      // An element-wise op with a row kernel: kernels.h says which ops have one.
+      const kernels::RowKernel* k = kernels::row_kernel(op.kind);
+      LUMEN_ASSERT(k != nullptr && ::lumen::ops::row(op.kind).row_local,
+                   std::string("no row kernel runs ") + ::lumen::ops::id_name(op.kind));
+      k->run(r.in[0].f32(i), r.out.f32(i), r.in[0].cols, r.scalar);
+      break;
+    }
+  }
 }
 
 void Session::Impl::run_op(const ROp& r, Section section, size_t index, int64_t layer, int64_t take_row) {
@@ -140,93 +223,17 @@ void Session::Impl::run_op(const ROp& r, Section section, size_t index, int64_t 
   auto start = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   const int64_t rows = r.in.empty() ? 0 : r.in[0].rows;
   switch (op.kind) {
-    case OpId::Embed: {
-      const gguf::TensorInfo* t = tensor(op.weights[0], layer);
-      const int64_t cols = r.out.cols;
-      const int64_t stride = static_cast<int64_t>(t->n_bytes) / t->ne[1];
-      // The table may be of any weight type (the plan checked it is one).
-      const DType type = *::lumen::ops::dtype_of_ggml(static_cast<uint32_t>(t->type));
-      pool->parallel_for(rows, [&](int64_t i, int) {
-        quant::dequantize_row(type, t->data + *r.in[0].i32(i) * stride, r.out.f32(i), cols);
-      });
-      break;
-    }
-    case OpId::RmsNorm:
-    case OpId::RmsNormQuant: {
-      const float* w = reinterpret_cast<const float*>(tensor(op.weights[0], layer)->data);
-      const int64_t cols = r.in[0].cols, group = r.head_dim;
-      pool->parallel_for(rows, [&](int64_t i, int thread) {
-        if (op.kind == OpId::RmsNorm) {
-          for (int64_t c = 0; c < cols; c += group) kernels::rms_norm(r.in[0].f32(i) + c, w, r.out.f32(i) + c, group, r.eps);
-        } else {
-          float* tmp = scratch[static_cast<size_t>(thread)].row.data();
-          for (int64_t c = 0; c < cols; c += group) kernels::rms_norm(r.in[0].f32(i) + c, w, tmp + c, group, r.eps);
-          quantize_act(tmp, r.out.act(i), cols);
-        }
-      });
-      break;
-    }
-    case OpId::Quantize:
-      pool->parallel_for(rows, [&](int64_t i, int) { quantize_act(r.in[0].f32(i), r.out.act(i), r.in[0].cols); });
-      break;
-    case OpId::MatMul:
-    {
+    case OpId::MatMul: {
       const int64_t at = section == Section::Layer ? layer : 0;
       run_matmul(r, r.matmul_for(at), bound.matmuls[section][index][static_cast<size_t>(at)], rows);
-    }
-      break;
-    case OpId::Rope: {
-      const RView& target = r.out.buffer >= 0 ? r.out : r.in[0];
-      const gguf::TensorInfo* factors = op.weights.empty() ? nullptr : tensor(op.weights[0], layer);
-      const float* freq_factors = factors != nullptr ? reinterpret_cast<const float*>(factors->data) : nullptr;
-      pool->parallel_for(rows, [&](int64_t i, int thread) {
-        float* x = target.f32(i);
-        if (!target.same_place(r.in[0]))
-          std::memcpy(x, r.in[0].f32(i), static_cast<size_t>(r.in[0].cols) * sizeof(float));
-        float* cos_sin = scratch[static_cast<size_t>(thread)].cos_sin.data();
-        kernels::rope_angles(row_pos[static_cast<size_t>(i)], r.head_dim, r.rope_base, cos_sin, freq_factors);
-        kernels::rope(x, r.n_heads, r.head_dim, cos_sin, op.rope_mode);
-      });
       break;
     }
     case OpId::Attention: run_attention(r, layer, rows); break;
-    case OpId::Add:
-    case OpId::Mul:
-    case OpId::Silu:
-    case OpId::SiluMul: {
-      const float* w = !op.weights.empty()
-                           ? reinterpret_cast<const float*>(tensor(op.weights[0], layer)->data)
-                           : nullptr;
-      const int64_t cols = r.in[0].cols;
-      pool->parallel_for(rows, [&](int64_t i, int) {
-        const float* a = r.in[0].f32(i);
-        const float* b = r.in.size() > 1 ? r.in[1].f32(i) : w;
-        float* y = r.out.f32(i);
-        for (int64_t c = 0; c < cols; ++c) {
-          switch (op.kind) {
-            case OpId::Add: y[c] = a[c] + b[c]; break;
-            case OpId::Mul: y[c] = a[c] * b[c]; break;
-            case OpId::Silu: y[c] = kernels::silu(a[c]); break;
-            default: y[c] = kernels::silu(a[c]) * b[c]; break;
-          }
-        }
-      });
-      break;
-    }
-    case OpId::Softmax:
-      pool->parallel_for(rows, [&](int64_t i, int) { kernels::softmax_row(r.in[0].f32(i), r.out.f32(i), r.in[0].cols); });
-      break;
-    default: {
-      // An element-wise op with a row kernel: kernels.h says which ops have one.
-      const kernels::RowKernel* k = kernels::row_kernel(op.kind);
-      LUMEN_ASSERT(k != nullptr, std::string("no kernel runs ") + ::lumen::ops::id_name(op.kind));
-      pool->parallel_for(rows, [&](int64_t i, int) { k->run(r.in[0].f32(i), r.out.f32(i), r.in[0].cols, r.scalar); });
-      break;
-    }
     case OpId::Last:
       std::memmove(r.out.f32(0), r.in[0].f32(take_row), static_cast<size_t>(r.in[0].cols) * sizeof(float));
       break;
     case OpId::View: LUMEN_INTERNAL_ERROR("a view in the program (its reader refuses one)");
+    default: pool->parallel_for(rows, [&](int64_t i, int thread) { run_row(r, layer, i, thread); }); break;
   }
   if (options.profile) {
     // A matmul's time goes to the kernel its layer ran (layers differ in format).
@@ -234,6 +241,49 @@ void Session::Impl::run_op(const ROp& r, Section section, size_t index, int64_t 
     Profile& prof = profile[op.kind == OpId::MatMul ? r.matmul_for(at).profile_key : r.profile_key];
     prof.calls += 1;
     prof.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+}
+
+// A row run (ROp::row_run) from ops[first]: one parallel_for whose task i
+// runs row i through every op of the run in order, then, when the op after
+// the run is an Attention, stores row i's K and V. With --profile the run's
+// time is shared among its ops (the K/V store's share goes to the Attention)
+// by the thread time each spent.
+void Session::Impl::run_row_run(const std::vector<ROp>& ops, size_t first, int64_t layer) {
+  const size_t end = first + static_cast<size_t>(ops[first].row_run);
+  const ROp* attention = end < ops.size() && ops[end].kv_stored_by_run ? &ops[end] : nullptr;
+  const int64_t rows = ops[first].in[0].rows;
+  const size_t width = end - first + 1;
+  if (!options.profile) {
+    pool->parallel_for(rows, [&](int64_t i, int thread) {
+      for (size_t j = first; j < end; ++j) run_row(ops[j], layer, i, thread);
+      if (attention != nullptr) store_kv_row(*attention, layer, i);
+    });
+    return;
+  }
+  using Clock = std::chrono::steady_clock;
+  std::vector<double> spent(static_cast<size_t>(pool->size()) * width, 0.0);
+  const Clock::time_point start = Clock::now();
+  pool->parallel_for(rows, [&](int64_t i, int thread) {
+    double* mine = spent.data() + static_cast<size_t>(thread) * width;
+    Clock::time_point t0 = Clock::now();
+    for (size_t j = first; j <= end; ++j) {
+      if (j < end) run_row(ops[j], layer, i, thread);
+      else if (attention != nullptr) store_kv_row(*attention, layer, i);
+      const Clock::time_point t1 = Clock::now();
+      mine[j - first] += std::chrono::duration<double>(t1 - t0).count();
+      t0 = t1;
+    }
+  });
+  const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+  std::vector<double> per_op(width, 0.0);
+  double total = 0;
+  for (size_t t = 0; t < spent.size(); ++t) per_op[t % width] += spent[t], total += spent[t];
+  for (size_t j = 0; j < width; ++j) {
+    if (j + first == end && attention == nullptr) break;
+    Profile& prof = profile[ops[first + j].profile_key];
+    if (j + first < end) prof.calls += 1;  // the Attention counts its call when it runs
+    prof.seconds += total > 0 ? wall * per_op[j] / total : wall / static_cast<double>(width);
   }
 }
 
@@ -248,8 +298,20 @@ void Session::Impl::forward(const Plan& plan, std::span<const int32_t> tokens, s
   const ThreadPool::Stats before = options.profile ? pool->stats() : ThreadPool::Stats{};
   for (int64_t i = 0; i < n; ++i) *plan.tokens.i32(i) = tokens[static_cast<size_t>(i)];
   for (size_t i = 0; i < p.pre.size(); ++i) run_op(plan.sections.pre[i], Section::Pre, i, 0, n - 1);
-  for (int64_t layer = 0; layer < bound.n_layers; ++layer)
-    for (size_t i = 0; i < p.layer.size(); ++i) run_op(plan.sections.layer[i], Section::Layer, i, layer, n - 1);
+  const std::vector<ROp>& layer_ops = plan.sections.layer;
+  for (int64_t layer = 0; layer < bound.n_layers; ++layer) {
+    for (size_t i = 0; i < layer_ops.size();) {
+      const ROp& r = layer_ops[i];
+      const size_t run = static_cast<size_t>(r.row_run);
+      if (run > 1 || (run == 1 && i + 1 < layer_ops.size() && layer_ops[i + 1].kv_stored_by_run)) {
+        run_row_run(layer_ops, i, layer);
+        i += run;
+      } else {
+        if (!r.folded_into_producer) run_op(r, Section::Layer, i, layer, n - 1);
+        ++i;
+      }
+    }
+  }
   run_hidden(plan, hidden_rows, hidden_out);
   run_post(plan, kept, out);
   if (options.profile) {

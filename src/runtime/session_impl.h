@@ -105,6 +105,9 @@ struct Session::Impl {
   void run_hidden(const Plan& plan, std::span<const int64_t> rows, float* out);
   void run_post(const Plan& plan, std::span<const int64_t> kept, float* out);
   void run_op(const ROp& r, program::Section section, size_t index, int64_t layer, int64_t take_row);
+  void run_row(const ROp& r, int64_t layer, int64_t row, int thread);
+  void run_row_run(const std::vector<ROp>& ops, size_t first, int64_t layer);
+  void store_kv_row(const ROp& attention, int64_t layer, int64_t t);
   void run_matmul(const ROp& r, const ROp::MatMulKernel& k, const PackedMatMul& mm, int64_t n);
   void run_attention(const ROp& r, int64_t layer, int64_t n);
 };

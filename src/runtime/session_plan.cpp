@@ -5,6 +5,7 @@
 // cannot go out of bounds. Also the batched post section's template.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -24,6 +25,107 @@ using program::Op;
 using ::lumen::ops::OpId;
 using program::Section;
 using kernels::kMaxHeadDim;
+
+namespace {
+
+// The bytes a view's rows span in the arena.
+std::pair<const uint8_t*, const uint8_t*> extent(const RView& v) {
+  const int64_t row = ::lumen::ops::row_bytes(v.dtype, v.cols);
+  return {v.base, v.base + (v.rows - 1) * v.stride + row};
+}
+
+bool overlaps(const RView& a, const RView& b) {
+  const auto [a0, a1] = extent(a);
+  const auto [b0, b1] = extent(b);
+  return a0 < b1 && b0 < a1;
+}
+
+// Whether writing `out` row by row while `in` is read row by row (row i of
+// each in one task, any order across tasks) reads what the ops one after the
+// other would: the two never share bytes, or they address the same rows
+// (one buffer: row i of one is only ever row i of the other).
+bool row_safe(const RView& out, const RView& in) {
+  if (!overlaps(out, in)) return true;
+  return out.stride == in.stride && out.rows == in.rows && std::abs(out.base - in.base) < out.stride;
+}
+
+// Marks the runs of consecutive row-local ops of one section (ROp::row_run):
+// each task of a run computes one row through all its ops in order, so every
+// value is the one the ops computed one after the other, provided no op of
+// the run writes bytes another row of the run reads (row_safe). An Attention
+// after a run stores its K/V rows in the run (kv_stored_by_run).
+void mark_row_runs(std::vector<ROp>& ops) {
+  for (size_t i = 0; i < ops.size();) {
+    size_t end = i;
+    auto fits = [&](size_t j) {
+      const ROp& r = ops[j];
+      if (!::lumen::ops::row(r.op->kind).row_local || r.in.empty() || r.out.buffer < 0) return false;
+      if (r.in[0].rows != ops[i].in[0].rows || r.out.rows != r.in[0].rows) return false;
+      // What it writes against what the run reads, and what it reads or
+      // writes against what the run wrote before it.
+      for (size_t a = i; a <= j; ++a)
+        for (const RView& in : ops[a].in)
+          if (!row_safe(r.out, in)) return false;
+      for (size_t a = i; a < j; ++a) {
+        if (!row_safe(r.out, ops[a].out)) return false;
+        for (const RView& in : r.in)
+          if (!row_safe(ops[a].out, in)) return false;
+      }
+      return true;
+    };
+    while (end < ops.size() && fits(end)) ++end;
+    if (end == i) {
+      ++i;
+      continue;
+    }
+    // The K and V rows the Attention stores are rows of the run's rows (the
+    // store writes only the KV cache).
+    const bool attention = end < ops.size() && ops[end].op->kind == OpId::Attention && ops[end].in.size() >= 3 &&
+                           ops[end].in[1].rows == ops[i].in[0].rows && ops[end].in[2].rows == ops[i].in[0].rows;
+    if (end - i > 1 || attention) {
+      ops[i].row_run = static_cast<int>(end - i);
+      for (size_t j = i + 1; j < end; ++j) ops[j].row_run = 0;
+      if (attention) ops[end].kv_stored_by_run = true;
+    }
+    i = end;
+  }
+}
+
+// Folds each Quantize of a MatMul's or an Attention's whole output into the
+// producer's tasks (ROp::quantizes_output) when every task writes whole
+// 32-column blocks: a MatMul's tasks cover rows_per_task output columns, an
+// Attention's the heads of one KV head. Activation blocks are quantized one
+// by one, so each block gets the bits the Quantize op would give it.
+void mark_folded_quantize(std::vector<ROp>& ops) {
+  for (size_t i = 1; i < ops.size(); ++i) {
+    ROp& q = ops[i];
+    ROp& producer = ops[i - 1];
+    if (q.op->kind != OpId::Quantize || q.row_run != 1 || q.in.size() != 1 || producer.out.buffer < 0) continue;
+    const RView& x = q.in[0];
+    if (!x.same_place(producer.out) || x.cols != producer.out.cols || x.rows != producer.out.rows ||
+        producer.quantizes_output || x.cols % kQ8Block != 0)
+      continue;
+    bool whole_blocks = false;
+    if (producer.op->kind == OpId::MatMul) {
+      whole_blocks = !producer.matmul.empty();
+      for (const ROp::MatMulKernel& k : producer.matmul) whole_blocks = whole_blocks && k.rows_per_task % kQ8Block == 0;
+    } else if (producer.op->kind == OpId::Attention) {
+      whole_blocks = producer.head_dim % kQ8Block == 0;
+    }
+    // The producer's other tasks still read its inputs (and the Attention
+    // its K and V) while one quantizes: the quantized rows must not share
+    // their bytes (plan_memory keeps them apart; an older model.so may not).
+    for (const RView& in : producer.in) whole_blocks = whole_blocks && !overlaps(q.out, in);
+    if (producer.residual.buffer >= 0) whole_blocks = whole_blocks && !overlaps(q.out, producer.residual);
+    whole_blocks = whole_blocks && !overlaps(q.out, producer.out);
+    if (!whole_blocks) continue;
+    producer.quantized = q.out;
+    producer.quantizes_output = true;
+    q.folded_into_producer = true;
+  }
+}
+
+}  // namespace
 
 const Plan& Session::Impl::plan_for(int64_t n) {
   auto found = plans.find(n);
@@ -148,6 +250,10 @@ const Plan& Session::Impl::plan_for(int64_t n) {
       check_op(r, s, i, n);
       plan.sections[s].push_back(std::move(r));
     }
+  }
+  if (options.fuse_ops) {
+    mark_row_runs(plan.sections[Section::Layer]);
+    mark_folded_quantize(plan.sections[Section::Layer]);
   }
   // Prompts of many lengths (chat) and server steps of every size up to
   // --parallel + --chunk: keep the cache bounded.

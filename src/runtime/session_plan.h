@@ -49,6 +49,20 @@ struct ROp {
   float scalar = 0;  // the op's scalar attribute (Scale's factor, a cap)
   int64_t window = 0, window_pattern = 0;
   int kv_slot = -1;
+  // Layer ops: consecutive row-local ops (the op list's row_local) run row by
+  // row in one parallel_for, one join for the run (mark_row_runs,
+  // session_plan.cpp). The run's first op has row_run = its length, the
+  // others 0, an op outside a run 1. An Attention right after a run has its
+  // K/V store done by the run's rows (kv_stored_by_run): a run of one op
+  // before it is a run too.
+  int row_run = 1;
+  bool kv_stored_by_run = false;
+  // A Quantize right after a MatMul or an Attention, of exactly its output,
+  // whose tasks each write whole 32-column blocks (mark_folded_quantize):
+  // each task of the producer quantizes the blocks it wrote into
+  // `quantized`, and the Quantize does not run (folded_into_producer).
+  RView quantized;
+  bool quantizes_output = false, folded_into_producer = false;
   std::string profile_key;
   // MatMul: the kernel for this plan's rows of each packed format of the
   // schedule, and each layer's (an index into `matmul` by its weights'

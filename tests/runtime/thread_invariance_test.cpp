@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <sstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,9 +25,12 @@ constexpr int kThreadCounts[] = {1, 2, 3, 7, 16};
 
 // Every position's logits of: a 20-token prefill, a 3-token pass, then 3
 // greedy decode steps (each step feeds back the argmax of the last logits).
-std::vector<std::vector<float>> run(const std::shared_ptr<const CompiledModel>& model, int n_threads) {
+std::vector<std::vector<float>> run(const std::shared_ptr<const CompiledModel>& model, int n_threads,
+                                    bool fuse_ops = true, std::string* profile = nullptr) {
   SessionOptions o;
   o.n_threads = n_threads;
+  o.fuse_ops = fuse_ops;
+  o.profile = profile != nullptr;
   o.n_batch = 32;
   o.n_ctx = 64;
   o.all_logits = true;
@@ -48,7 +52,19 @@ std::vector<std::vector<float>> run(const std::shared_ptr<const CompiledModel>& 
       if (last[v] > last[static_cast<size_t>(next)]) next = static_cast<int32_t>(v);
     pass({next});
   }
+  if (profile != nullptr) *profile = s.profile_report();
   return out;
+}
+
+// The figure of `column` (0: passes, ..., 3: joins/tok) on the pool table's
+// row that starts with `pass` in a profile report.
+double pool_figure(const std::string& report, const std::string& pass, int column) {
+  const size_t at = report.find(pass);
+  if (at == std::string::npos) return -1;
+  std::istringstream row(report.substr(at + pass.size()));
+  double v = -1;
+  for (int c = 0; c <= column; ++c) row >> v;
+  return v;
 }
 
 TEST(ThreadInvariance, LogitsAreBitwiseTheSameAt1And2And3And7And16ThreadsOnEveryIsaTier) {
@@ -71,6 +87,30 @@ TEST(ThreadInvariance, LogitsAreBitwiseTheSameAt1And2And3And7And16ThreadsOnEvery
     }
   }
   EXPECT_GE(tiers, 1);  // AVX2 is the least this runtime runs on
+}
+
+
+// Row runs and folded quantizes (docs/runtime.md) change how the ops are
+// split into parallel_fors, not what any row computes: every position's
+// logits are bitwise those of every op run alone, at 1 and 3 threads, and a
+// prefill pass forks fewer times (the tiny qwen2 program: 8 joins per layer
+// instead of 12).
+TEST(ThreadInvariance, FusedOpsGiveTheLogitsOfEveryOpRunAloneWithFewerJoins) {
+  const std::shared_ptr<const CompiledModel> model = testing::qwen2_model();
+  for (int threads : {1, 3}) {
+    std::string fused_report, alone_report;
+    const auto fused = run(model, threads, true, &fused_report);
+    const auto alone = run(model, threads, false, &alone_report);
+    ASSERT_EQ(fused.size(), alone.size());
+    for (size_t i = 0; i < fused.size(); ++i)
+      ASSERT_EQ(std::memcmp(fused[i].data(), alone[i].data(), fused[i].size() * sizeof(float)), 0)
+          << "position " << i << " at " << threads << " threads";
+    if (threads == 1) continue;  // one thread runs every op inline: no joins either way
+    const double fused_joins = pool_figure(fused_report, "prefill (longer passes)", 3);
+    const double alone_joins = pool_figure(alone_report, "prefill (longer passes)", 3);
+    EXPECT_GT(fused_joins, 0);
+    EXPECT_LT(fused_joins, alone_joins * 0.75) << fused_report << alone_report;
+  }
 }
 
 }  // namespace

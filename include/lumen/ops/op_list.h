@@ -11,30 +11,33 @@
 #include <optional>
 #include <string_view>
 
-// X(Id, name, in_dsl, in_program)
+// X(Id, name, in_dsl, in_program, row_local)
 //   Id          the enumerator; also the op's spelling in the program text ("RmsNorm")
 //   name        the IR text's and the DSL's name ("rms_norm")
 //   in_dsl      callable from the DSL (the others are made by passes)
 //   in_program  exists in the scheduled program (an IR `view` becomes a
 //               column range of its operand's buffer and disappears)
-#define LUMEN_OPS(X)                                  \
-  X(Embed, "embed", true, true)                       \
-  X(RmsNorm, "rms_norm", true, true)                  \
-  X(RmsNormQuant, "rms_norm_quant", false, true)      \
-  X(Quantize, "quantize", false, true)                \
-  X(MatMul, "matmul", true, true)                     \
-  X(Rope, "rope", true, true)                         \
-  X(Attention, "attention", true, true)               \
-  X(Add, "add", true, true)                           \
-  X(Mul, "mul", true, true)                           \
-  X(Silu, "silu", true, true)                         \
-  X(SiluMul, "silu_mul", false, true)                 \
-  X(Softmax, "softmax", true, true)                   \
-  X(Last, "last", true, true)                         \
-  X(Scale, "scale", true, true)                       \
-  X(Gelu, "gelu", true, true)                         \
-  X(Softcap, "softcap", true, true)                   \
-  X(View, "view", false, false)
+//   row_local   in the program, output row i reads row i of its inputs only
+//               (and weights): the runtime runs a run of consecutive such ops
+//               row by row in one parallel_for, one join for all of them
+#define LUMEN_OPS(X)                                    \
+  X(Embed, "embed", true, true, true)                   \
+  X(RmsNorm, "rms_norm", true, true, true)              \
+  X(RmsNormQuant, "rms_norm_quant", false, true, true)  \
+  X(Quantize, "quantize", false, true, true)            \
+  X(MatMul, "matmul", true, true, false)                \
+  X(Rope, "rope", true, true, true)                     \
+  X(Attention, "attention", true, true, false)          \
+  X(Add, "add", true, true, true)                       \
+  X(Mul, "mul", true, true, true)                       \
+  X(Silu, "silu", true, true, true)                     \
+  X(SiluMul, "silu_mul", false, true, true)             \
+  X(Softmax, "softmax", true, true, true)               \
+  X(Last, "last", true, true, false)                    \
+  X(Scale, "scale", true, true, true)                   \
+  X(Gelu, "gelu", true, true, true)                     \
+  X(Softcap, "softcap", true, true, true)               \
+  X(View, "view", false, false, false)
 
 // X(Id, name, ggml_type, block_elems, block_bytes, weight, activation, in_dsl)
 //   Id           the enumerator; also the type's spelling in the program text ("Q8_0")
@@ -110,10 +113,11 @@ struct OpRow {
   const char* name;     // "rms_norm"
   bool in_dsl;
   bool in_program;
+  bool row_local;
 };
 
 inline constexpr OpRow kOps[] = {
-#define LUMEN_ROW(Id, name, in_dsl, in_program) {OpId::Id, #Id, name, in_dsl, in_program},
+#define LUMEN_ROW(Id, name, in_dsl, in_program, row_local) {OpId::Id, #Id, name, in_dsl, in_program, row_local},
     LUMEN_OPS(LUMEN_ROW)
 #undef LUMEN_ROW
 };

@@ -41,6 +41,10 @@ struct SessionOptions {
   KvType kv_type = KvType::F16;
   bool all_logits = false;  // keep the logits of every evaluated position (tests)
   bool profile = false;     // time every op (see profile_report)
+  // Run consecutive row-local ops as one parallel_for and fold a Quantize
+  // into its producer's tasks (docs/runtime.md, "Row runs and folded
+  // quantizes"); false runs every op alone (a test compares the two bitwise).
+  bool fuse_ops = true;
   // Packed-weight cache directory ("" = none: repack on every load); the
   // tools pass lumen::cache_dir() (common/cache.h) unless --no-pack-cache.
   std::string pack_cache_dir;
