@@ -371,10 +371,11 @@ int main(int argc, char** argv) {
   app.add_option("--cold-bytes", cold_bytes, "weight bytes cycled through per shape (beyond the caches)");
   app.add_option("--format", format_name,
                  "packed weight format: q8_0, q4_0 or q5_0 (the table only); q4_k, q5_k or q6_k (GEMV and batch "
-                 "kernels, K = 4864)");
+                 "kernels, K = 4864; then prefill per token at N = 512 against the Q8_0 GEMM, K = 4864, 1024, 2048)");
   std::string only;
   app.add_option("--shape", only, "run only shapes whose name contains this");
-  app.add_option("--sweep", sweep, "gemv: sweep prefetch distance and groups; gemm: sweep tiles (down shape)");
+  app.add_option("--sweep", sweep, "gemv: sweep prefetch distance and groups; gemm: sweep tiles (down shape; a k-quant --format: its GEMM's "
+                 "tiles on every prefill shape)");
   bool small_n = false;
   app.add_flag("--cpu-time", g_cpu_time, "time samples in thread CPU time (1 thread only; for loaded hosts)");
   app.add_flag("--small-n", small_n,
@@ -517,13 +518,7 @@ int main(int argc, char** argv) {
             time_expanded_gemm(pool, gemm_kernel.fn(), weight_type, w, s, x, y, bias, pp_n, task_rows, window) / pp_n;
         const double t_e =
             time_expanded_gemm(pool, nullptr, weight_type, w, s, x, y, bias, pp_n, task_rows, window) / pp_n;
-        // The same tile with every activation dword read by its dot product (no x registers).
-        codegen::KQuantShape x_mem = codegen::kquant_kernel_shape(isa, gemm);
-        x_mem.x_in_registers = false;
-        JitKernel gemm_x_mem(codegen::generate_kquant_kernel(isa, gemm, x_mem));
-        const double t_xm =
-            time_expanded_gemm(pool, gemm_x_mem.fn(), weight_type, w, s, x, y, bias, pp_n, task_rows, window) / pp_n;
-        std::string cells = fmt::format(" expand {:.2f} x-in-memory {:.2f} ({:.2f}x)", t_e * 1e6, t_xm * 1e6, t_xm / t_q8);
+        std::string cells = fmt::format(" expand {:.2f}", t_e * 1e6);
         if (sweep == "gemm") {  // every k-quant GEMM tile that fits, the same way
           for (int64_t g = 1; g <= 3; ++g) {
             for (int64_t tok = 2; tok <= 11; ++tok) {

@@ -19,6 +19,12 @@
 //     Q6_K: acc = fma(float(isum_s), (sc_s * d) * dx, acc) for s = 0, 1.
 // Edge tiles (fewer groups or tokens) get their own bodies; rows past m_rows
 // are never stored (masked stores). The epilogues are the Q8_0 kernels'.
+//
+// The prefill GEMM (KernelKind::Gemm) reads the expanded layout instead
+// (packed_kquant.h expand_kquant, made once per task): u8 q ready for the dot
+// products and the fp32 factors (d * sc, (dmin * m) * (1/128), Q6_K's sc * d)
+// as the stage above computes them, so the same operations in the same order
+// give the same bits without the unpacking and scale set-up per token tile.
 #include <xbyak/xbyak.h>
 
 #include <algorithm>
@@ -79,7 +85,7 @@ class KQuantGenerator : public CodeGenerator {
     nsub_ = nsub(type);
     facc_mem_ = shape.fp32_acc_in_memory;
     expanded_ = shape.expanded;
-    x_regs_ = expanded_ && shape.x_in_registers && temp_base() + kTemps + int(shape.tokens) <= (zmm_ ? 32 : 16);
+    x_regs_ = expanded_ && temp_base() + kTemps + int(shape.tokens) <= (zmm_ ? 32 : 16);
     header_ = int(packed_kquant_header_bytes(type));
     sub_ = int(packed_kquant_sub_bytes(type));
     super_ = int(packed_kquant_super_bytes(type));

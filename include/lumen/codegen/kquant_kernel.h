@@ -19,10 +19,10 @@ struct KQuantShape {
   int64_t tokens = 1;          // tokens per register tile
   int64_t prefetch_bytes = 0;  // software prefetch distance on the weight stream, 0 = none
   bool fp32_acc_in_memory = false;
-  bool expanded = false;  // the weights are expanded blocks (packed_kquant.h expand_kquant): the GEMM's
-  // Expanded only: broadcast each token's activation dword into a register
-  // of its own when the registers left by the tile hold them all.
-  bool x_in_registers = true;
+  // The weights are expanded blocks (packed_kquant.h expand_kquant): the GEMM's.
+  // It broadcasts each token's activation dword into a register of its own
+  // when the registers its tile leaves hold them all.
+  bool expanded = false;
 };
 
 // Whether `kernel` is a k-quant kernel: its weight Q4_K, Q5_K or Q6_K, any
