@@ -297,6 +297,48 @@ double time_matmul(SpinPool& pool, MatMulFn fn, const Weights& w, const Shape& s
   return per_call * double(groups) / double(slice_groups);
 }
 
+// Seconds for a k-quant prefill of n tokens as the runtime runs its GEMM:
+// tasks of `task_rows` rows, each expanding its rows of the cold packed copy
+// into a per-thread scratch (expand_kquant), then one call over all n tokens.
+// Timed one task per call (rotating over the tasks and weight copies, as
+// time_matmul times slices) and scaled up to the whole matrix.
+double time_expanded_gemm(SpinPool& pool, MatMulFn fn, ops::DType t, const Weights& w, const Shape& s,
+                          const std::vector<ActBlock>& x, std::vector<float>& y, const std::vector<float>& bias,
+                          int64_t n, int64_t task_rows, double window) {
+  const int64_t kb = s.k / 32, mult = s.epilogue == Epilogue::SiluMul ? 2 : 1, groups = (s.m + 15) / 16;
+  const int64_t task_groups = task_rows / 16, tasks = groups / task_groups;  // whole tasks: the same work each call
+  if (fn == nullptr) fn = [](const MatMulArgs*) {};  // the expansion alone
+  std::vector<std::vector<uint8_t>> scratch(size_t(pool.threads()),
+                                            std::vector<uint8_t>(size_t(task_groups * mult * kb * kExpandedKQuantBlockBytes)));
+  const double per_call = time_calls(
+      [&](int64_t rep) {
+        const uint8_t* base = w.copy(rep);
+        const int64_t task = rep % tasks;
+        pool.run([&](int id) {
+          // A task's tokens split over the threads (one thread: all).
+          const int64_t t0 = n * id / pool.threads(), t1 = n * (id + 1) / pool.threads();
+          const int64_t g0 = task * task_groups;
+          uint8_t* e = scratch[size_t(id)].data();
+          expand_kquant(t, base + g0 * mult * w.group_bytes, task_groups * mult, kb, e);
+          MatMulArgs a{};
+          a.w = e;
+          a.x = x.data() + t0 * kb;
+          a.y = y.data() + t0 * s.m + g0 * 16;
+          a.bias = bias.data() + g0 * 16;
+          a.residual = a.y;
+          a.x_stride = kb;
+          a.y_stride = s.m;
+          a.r_stride = s.m;
+          a.k_blocks = kb;
+          a.m_rows = task_groups * 16;
+          a.n_tokens = t1 - t0;
+          fn(&a);
+        });
+      },
+      window);
+  return per_call * double(groups) / double(task_groups);
+}
+
 std::vector<ActBlock> make_acts(int64_t n, int64_t k) {
   std::mt19937 rng(2);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -337,11 +379,13 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.01, 10000.0));
   app.add_option("--cold-bytes", cold_bytes, "weight bytes cycled through per shape (beyond the caches)");
   app.add_option("--format", format_name,
-                 "packed weight format: q8_0, q4_0, q5_0, q4_1, q5_1, iq4_nl or iq4_xs (the table only); q4_k, q5_k or q6_k (GEMV and batch "
-                 "kernels, K = 4864)");
+                 "packed weight format: q8_0, q4_0, q5_0, q4_1, q5_1, iq4_nl or iq4_xs (the table only); q4_k, q5_k or q6_k "
+                 "(GEMV and batch kernels, K = 4864; then prefill per token at N = 512 against the Q8_0 GEMM, K = 4864, "
+                 "1024, 2048)");
   std::string only;
   app.add_option("--shape", only, "run only shapes whose name contains this");
-  app.add_option("--sweep", sweep, "gemv: sweep prefetch distance and groups; gemm: sweep tiles (down shape)");
+  app.add_option("--sweep", sweep, "gemv: sweep prefetch distance and groups; gemm: sweep tiles (down shape; a k-quant --format: its GEMM's "
+                 "tiles on every prefill shape)");
   bool small_n = false;
   app.add_flag("--cpu-time", g_cpu_time, "time samples in thread CPU time (1 thread only; for loaded hosts)");
   app.add_flag("--small-n", small_n,
@@ -388,7 +432,7 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "lumen-bench-kernels: unknown --format '{}' (q8_0, q4_0, q5_0, q4_1, q5_1, iq4_nl, q4_k, q5_k, q6_k)\n", format_name);
     return 1;
   }
-  if (*format != ops::DType::Q8_0 && (small_n || !sweep.empty())) {
+  if (*format != ops::DType::Q8_0 && (small_n || !(sweep.empty() || (has_packed_kquant(*format) && sweep == "gemm")))) {
     fmt::print(stderr, "lumen-bench-kernels: --format {} runs the table only\n", format_name);
     return 1;
   }
@@ -454,6 +498,59 @@ int main(int argc, char** argv) {
         }
         fmt::print("{:<18} {:>9.1f} {:>8.1f} {:>5.0f}% |{}   repack {:.2f} GB/s\n", s.name, t1 * 1e6, gbs,
                    100 * gbs / bw_pass, cells, w.pack_gbs);
+      }
+      // Prefill (N = 512 in calls of --tokens-per-task tokens, weights cold),
+      // per token: the Q8_0 GEMM on Q8_0 weights of the same shape, the
+      // k-quant batch kernel over token tiles, and the k-quant sweep tiles.
+      const Shape pp_shapes[] = {{"down 4864x896", 896, 4864, Epilogue::Residual},
+                                 {"k1024 1024x1024", 1024, 1024, Epilogue::Residual},
+                                 {"k2048 2048x2048", 2048, 2048, Epilogue::Residual}};
+      const int64_t pp_n = 512;
+      fmt::print("prefill N={} (q8_0 gemm, batch: {} tokens per call; k-quant gemm: all, rows expanded per task), "
+                 "us per token:\n{:<18} {:>10} {:>16} {:>24}\n",
+                 pp_n, tokens_per_task, "shape", "q8_0 gemm", "batch (xq8_0)", "k-quant gemm (xq8_0)");
+      for (const Shape& s : pp_shapes) {
+        if (std::string(s.name).find(only) == std::string::npos) continue;
+        const Weights w = make_kquant_weights(weight_type, s, cold_bytes);
+        const Weights wq8 = make_weights(isa, s, cold_bytes);
+        const std::vector<ActBlock> x = make_acts(pp_n, s.k);
+        std::vector<float> y(pp_n * s.m, 0.0f), bias(s.m, 0.5f);
+        JitKernel q8_gemm(isa, gemm_id(s.epilogue).value());
+        const double t_q8 = time_matmul(pool, q8_gemm.fn(), wq8, s, x, y, bias, pp_n, tokens_per_task, window) / pp_n;
+        const KernelId batch = KernelId::batch(s.epilogue, weight_type);
+        JitKernel batch_kernel(isa, batch);
+        const double t_b = time_matmul(pool, batch_kernel.fn(), w, s, x, y, bias, pp_n, tokens_per_task, window) / pp_n;
+        // The schedule's k-quant GEMM, its tasks' rows a multiple of its tile (as the runtime's).
+        const KernelId gemm = passes::prefill_kernel(isa, s.epilogue, weight_type);
+        const int64_t task_rows = std::max<int64_t>(gemm.tile_m, (64 + gemm.tile_m - 1) / gemm.tile_m * gemm.tile_m);
+        JitKernel gemm_kernel(isa, gemm);
+        const double t_g =
+            time_expanded_gemm(pool, gemm_kernel.fn(), weight_type, w, s, x, y, bias, pp_n, task_rows, window) / pp_n;
+        const double t_e =
+            time_expanded_gemm(pool, nullptr, weight_type, w, s, x, y, bias, pp_n, task_rows, window) / pp_n;
+        std::string cells = fmt::format(" expand {:.2f}", t_e * 1e6);
+        if (sweep == "gemm") {  // every k-quant GEMM tile that fits, the same way
+          for (int64_t g = 1; g <= 3; ++g) {
+            for (int64_t tok = 2; tok <= 11; ++tok) {
+              for (bool mem : {false, true}) {
+                if (!kquant_tile_fits(isa, g * (s.epilogue == Epilogue::SiluMul ? 2 : 1), tok,
+                                      kquant_int_accumulators(weight_type), mem))
+                  continue;
+                const KernelId id = KernelId::gemm(s.epilogue, 16 * g, tok, weight_type);
+                codegen::KQuantShape shape = codegen::kquant_kernel_shape(isa, id);
+                shape.fp32_acc_in_memory = mem;
+                JitKernel k(codegen::generate_kquant_kernel(isa, id, shape));
+                const int64_t rows = std::max<int64_t>(16 * g, (64 + 16 * g - 1) / (16 * g) * (16 * g));
+                const double t =
+                    time_expanded_gemm(pool, k.fn(), weight_type, w, s, x, y, bias, pp_n, rows, window) / pp_n;
+                cells += fmt::format(" m{}n{}{}={:.2f}({:.2f}x)", 16 * g, tok, mem ? "m" : "r", t * 1e6, t / t_q8);
+              }
+            }
+          }
+        }
+        fmt::print("{:<18} {:>10.2f} {:>16} {:>24}{}\n", s.name, t_q8 * 1e6,
+                   fmt::format("{:.2f} ({:.2f}x)", t_b * 1e6, t_b / t_q8),
+                   fmt::format("{:.2f} ({:.2f}x) m{}n{}", t_g * 1e6, t_g / t_q8, gemm.tile_m, gemm.tile_n), cells);
       }
       continue;
     }

@@ -19,6 +19,12 @@
 //     Q6_K: acc = fma(float(isum_s), (sc_s * d) * dx, acc) for s = 0, 1.
 // Edge tiles (fewer groups or tokens) get their own bodies; rows past m_rows
 // are never stored (masked stores). The epilogues are the Q8_0 kernels'.
+//
+// The prefill GEMM (KernelKind::Gemm) reads the expanded layout instead
+// (packed_kquant.h expand_kquant, made once per task): u8 q ready for the dot
+// products and the fp32 factors (d * sc, (dmin * m) * (1/128), Q6_K's sc * d)
+// as the stage above computes them, so the same operations in the same order
+// give the same bits without the unpacking and scale set-up per token tile.
 #include <xbyak/xbyak.h>
 
 #include <algorithm>
@@ -61,14 +67,12 @@ enum Const {
   kInv128, kNib, kHigh2, kBit4, kU8One, kI16One, kI16Minus32, kNumConsts
 };
 
-int nsub(DType t) { return t == DType::Q6_K ? 2 : 1; }
-int vec_regs(Isa isa) { return is_ymm_isa(isa) ? 16 : 32; }
+int nsub(DType t) { return int(kquant_int_accumulators(t)); }
 int mult_of(Epilogue e) { return e == Epilogue::SiluMul ? 2 : 1; }
 
 bool tile_ok(Isa isa, DType t, int64_t packed_groups, int64_t tokens, bool fp_mem) {
-  const int64_t accs = packed_groups * vectors_per_group(isa) * tokens;
-  return packed_groups + tokens <= kTilePointerRegs &&
-         accs * nsub(t) + (fp_mem ? 0 : accs) + kTemps <= vec_regs(isa);
+  static_assert(kTemps == 4, "kernel_registers.h kquant_tile_fits counts 4 temporaries");
+  return kquant_tile_fits(isa, packed_groups, tokens, nsub(t), fp_mem);
 }
 
 class KQuantGenerator : public CodeGenerator {
@@ -80,6 +84,8 @@ class KQuantGenerator : public CodeGenerator {
     mult_ = mult_of(epi);
     nsub_ = nsub(type);
     facc_mem_ = shape.fp32_acc_in_memory;
+    expanded_ = shape.expanded;
+    x_regs_ = expanded_ && temp_base() + kTemps + int(shape.tokens) <= (zmm_ ? 32 : 16);
     header_ = int(packed_kquant_header_bytes(type));
     sub_ = int(packed_kquant_sub_bytes(type));
     super_ = int(packed_kquant_super_bytes(type));
@@ -98,6 +104,8 @@ class KQuantGenerator : public CodeGenerator {
   Xmm tH() const { return vec(temp_base() + 1); }
   Xmm tA() const { return vec(temp_base() + 2); }
   Xmm tT() const { return vec(temp_base() + 3); }
+  // The expanded GEMM's activation registers above the temporaries (x_regs_).
+  Xmm x_reg(int t) const { return vec(temp_base() + kTemps + t); }
   // Accumulator pair a = (packed group i, vector half h, token t) of a body of tc tokens.
   int pair(int tc, int i, int h, int t) const { return (i * halves_ + h) * tc + t; }
   Xmm iacc(int a, int s) const { return vec(a * nsub_ + s); }
@@ -139,8 +147,12 @@ class KQuantGenerator : public CodeGenerator {
     mov(rax, qword[args_ + kArgKBlocks]);
     imul(rcx, rax, sizeof(ActBlock));
     mov(qword[rsp + kKEnd], rcx);
-    shr(rax, 3);
-    imul(rcx, rax, super_);
+    if (expanded_) {
+      imul(rcx, rax, int(kExpandedKQuantBlockBytes));
+    } else {
+      shr(rax, 3);
+      imul(rcx, rax, super_);
+    }
     mov(qword[rsp + kGroupStride], rcx);
     imul(rcx, rcx, mult_);
     mov(qword[rsp + kTileStride], rcx);
@@ -247,6 +259,19 @@ class KQuantGenerator : public CodeGenerator {
     xor_(xo_, xo_);
     cmp(xo_, qword[rsp + kKEnd]);
     jae(k_done, T_NEAR);
+    if (expanded_) {
+      // One 32-block after another: jo_ is its byte offset in the group.
+      xor_(jo_, jo_);
+      L(j_loop);
+      expanded_sub_block(pc, tc);
+      add(jo_, int(kExpandedKQuantBlockBytes));
+      add(xo_, int(sizeof(ActBlock)));
+      cmp(xo_, qword[rsp + kKEnd]);
+      jb(j_loop, T_NEAR);
+      L(k_done);
+      epilogue(gc, tc);
+      return;
+    }
     L(sb_loop);
     mov(jo_, header_);
     L(j_loop);
@@ -282,13 +307,25 @@ class KQuantGenerator : public CodeGenerator {
     }
   }
 
-  void sub_block(int pc, int tc) {
-    // Integer accumulators: 0, or for Q6_K -32 * (sum of the 16 x of the half).
+  // Integer accumulators: 0, or for Q6_K -32 * (sum of the 16 x of the half).
+  void init_int_accs(int pc, int tc) {
     for (int t = 0; t < tc; ++t) {
       for (int s = 0; s < nsub_; ++s) {
         if (type_ != DType::Q6_K) {
           for (int i = 0; i < pc; ++i)
             for (int h = 0; h < halves_; ++h) vzero(iacc(pair(tc, i, h, t), s));
+          continue;
+        }
+        if (expanded_ && s == 1) {
+          // -32 * (sum of x 16..31) = ActBlock::sum / 4 - (-32 * sum of x 0..15), exact ints:
+          // the GEMM spends 3 operations on the second half, not 7.
+          const Xmm first = iacc(pair(tc, 0, 0, t), 1);
+          vpbroadcastd(first, ptr[token_ptr_[t] + xo_ + kXSum]);
+          vpsrad(first, first, 2);
+          vpsubd(first, first, iacc(pair(tc, 0, 0, t), 0));
+          for (int i = 0; i < pc; ++i)
+            for (int h = 0; h < halves_; ++h)
+              if (i || h) vcopy(iacc(pair(tc, i, h, t), 1), first);
           continue;
         }
         const Xmm a(tA().getIdx()), b(tT().getIdx()), one(tH().getIdx());
@@ -306,6 +343,79 @@ class KQuantGenerator : public CodeGenerator {
             if (i || h) vcopy(iacc(pair(tc, i, h, t), s), first);
       }
     }
+  }
+
+  // One 32-block of expanded weights (packed_kquant.h): 8 vectors of u8 q,
+  // then the fp32 factors; the same arithmetic as sub_block on packed ones.
+  void expanded_sub_block(int pc, int tc) {
+    init_int_accs(pc, tc);
+    const Xmm W = tL();
+    for (int e = 0; e < 8; ++e) {
+      const int s = type_ == DType::Q6_K ? e / 4 : 0;
+      // Each token's activation dword once into its register, for every row of the tile.
+      if (x_regs_)
+        for (int t = 0; t < tc; ++t) vpbroadcastd(x_reg(t), xq(t, 4 * e));
+      for (int i = 0; i < pc; ++i) {
+        for (int h = 0; h < halves_; ++h) {
+          const Address q = ptr[group_ptr_[i] + jo_ + 64 * e + vec_bytes() * h];
+          zmm_ ? vmovdqu8(W, q) : vmovdqu(W, q);
+          if (!x_regs_) {
+            dots(W, i, h, tc, s, 4 * e);
+            continue;
+          }
+          for (int t = 0; t < tc; ++t) {
+            const Xmm acc = iacc(pair(tc, i, h, t), s);
+            if (isa_ == Isa::Avx512Vnni) {
+              vpdpbusd(acc, W, x_reg(t));
+            } else if (isa_ == Isa::AvxVnni) {
+              vpdpbusd(acc, W, x_reg(t), VexEncoding);
+            } else {
+              vpmaddubsw(tT(), W, x_reg(t));
+              vpmaddwd(tT(), tT(), cst(kI16One));
+              vpaddd(acc, acc, tT());
+            }
+          }
+        }
+      }
+    }
+    // Per token: dx (and X = float(ActBlock::sum) * dx) once for every row of the tile.
+    const Xmm Dx = tH(), X = tL(), T = tT();
+    for (int t = 0; t < tc; ++t) {
+      vbroadcastss(Dx, ptr[token_ptr_[t] + xo_ + kXD]);
+      if (type_ != DType::Q6_K) {
+        vpbroadcastd(X, ptr[token_ptr_[t] + xo_ + kXSum]);
+        vcvtdq2ps(X, X);
+        vmulps(X, X, Dx);
+      }
+      for (int s = 0; s < nsub_; ++s) {
+        for (int i = 0; i < pc; ++i) {
+          for (int h = 0; h < halves_; ++h) {
+            const int a = pair(tc, i, h, t);
+            const Xmm acc = iacc(a, s);
+            const int f = int(kExpandedKQuantFactors) + vec_bytes() * h;
+            vcvtdq2ps(acc, acc);
+            vmulps(T, Dx, ptr[group_ptr_[i] + jo_ + f + 64 * s]);  // (d * sc) * dx
+            if (type_ == DType::Q6_K) {
+              accumulate(a, acc, T);
+              continue;
+            }
+            // acc = fma(isum, (d*sc)*dx, acc), then fma((dmin*m)/128, X, acc)
+            if (facc_mem_) {
+              vfmadd213ps(acc, T, facc_slot(a));
+              vfmadd231ps(acc, X, ptr[group_ptr_[i] + jo_ + f + 64]);
+              vmovups(facc_slot(a), acc);
+            } else {
+              vfmadd231ps(facc(a), acc, T);
+              vfmadd231ps(facc(a), X, ptr[group_ptr_[i] + jo_ + f + 64]);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  void sub_block(int pc, int tc) {
+    init_int_accs(pc, tc);
     if (shape_.prefetch_bytes > 0) {
       const int pf = int(shape_.prefetch_bytes);
       for (int i = 0; i < pc; ++i) {
@@ -581,22 +691,28 @@ class KQuantGenerator : public CodeGenerator {
   KQuantShape shape_;
   bool zmm_ = true;
   int halves_ = 1, mult_ = 1, nsub_ = 1;
-  bool facc_mem_ = false;
+  bool facc_mem_ = false, expanded_ = false, x_regs_ = false;
   int header_ = 0, sub_ = 0, super_ = 0;
   Label consts_, row_masks_;
 };
 
 }  // namespace
 
-bool is_kquant_kernel(const program::KernelId& kernel) {
-  return has_packed_kquant(kernel.weight) && (kernel.kind == KernelKind::Gemv || kernel.kind == KernelKind::Batch);
-}
+bool is_kquant_kernel(const program::KernelId& kernel) { return has_packed_kquant(kernel.weight); }
 
 KQuantShape kquant_kernel_shape(Isa isa, const program::KernelId& kernel) {
   LUMEN_ASSERT(is_kquant_kernel(kernel), "no k-quant kernel " + program::to_string(kernel));
   const DType t = kernel.weight;
   const int mult = mult_of(kernel.epilogue);
   KQuantShape shape;
+  if (kernel.kind == KernelKind::Gemm) {
+    // The id's tile over expanded weights, which a task made and left in cache: no prefetch.
+    shape.groups = kernel.tile_m / kPackRows;
+    shape.tokens = kernel.tile_n;
+    shape.fp32_acc_in_memory = kquant_gemm_fp32_acc_in_memory(isa, shape.groups * mult, shape.tokens, nsub(t));
+    shape.expanded = true;
+    return shape;
+  }
   // One super-block ahead on every weight stream (about the Q8_0 kernels' 2176 B).
   shape.prefetch_bytes = packed_kquant_super_bytes(t);
   if (kernel.kind == KernelKind::Gemv) {

@@ -5,6 +5,7 @@
 
 #include "lumen/passes/passes.h"
 #include "lumen/target/kernel_registers.h"
+#include "lumen/target/packed_kquant.h"
 #include "lumen/target/packed_q8_0.h"
 #include "lumen/target/weight_formats.h"
 #include "pass_util.h"
@@ -20,6 +21,10 @@ namespace {
 // broadcast activation dword, 12 accumulators fill the AVX-512 register file.
 constexpr int64_t kTileM = 48;
 constexpr int64_t kTileN = 4;
+// The k-quant GEMM's register tile, at most (measured: docs/kernels.md
+// "K-quant kernels"), and the fewest tokens a tile with its fp32 accumulators
+// in registers must hold (else they go to stack slots).
+constexpr int64_t kKQuantTileM = 48, kKQuantTileN = 8, kKQuantMinTokens = 4;
 // Work items handed to the thread pool: 64 output rows (4 row groups) per
 // task for decode; for prefill, whole register tiles (the runtime rounds 64
 // up to 96 rows for m48n4) by 256 tokens. Every token task streams its rows'
@@ -62,11 +67,31 @@ std::vector<ops::DType> packed_formats(const ir::Module& m, const ir::Op& op, Is
 // four tokens, not m32n2; gate and up (SiluMul) take two groups' registers
 // each: m32n3 on AVX-512.
 program::KernelId prefill_kernel(Isa target, program::Epilogue e, ops::DType format) {
-  // Q4_0 and Q5_0 run the Q8_0 GEMM on each task's rows converted to Q8_0
-  // (exactly: each row keeps the GEMV's bits); the k-quants, which have no
-  // exact conversion, their batch kernel (docs/kernels.md).
-  if (format != ops::DType::Q8_0 && !converts_exactly_to_q8_0(format)) return program::KernelId::batch(e, format);
   const int64_t mult = e == program::Epilogue::SiluMul ? 2 : 1;
+  // The k-quants run their own GEMM on each task's rows expanded to u8 quants
+  // and fp32 factors (packed_kquant.h): the tile of the most groups x tokens
+  // within kKQuantTileM x kKQuantTileN, more tokens on a tie, fp32
+  // accumulators in registers where the ISA has room for a tile of
+  // kKQuantMinTokens tokens (docs/kernels.md).
+  if (has_packed_kquant(format)) {
+    const int64_t int_accs = kquant_int_accumulators(format);
+    const bool in_memory = !kquant_tile_fits(target, mult, kKQuantMinTokens, int_accs, false);
+    int64_t best_groups = 1, best_tokens = 1;
+    for (int64_t groups = 1; groups <= kKQuantTileM / kPackRows; ++groups) {
+      for (int64_t tokens = 1; tokens <= kKQuantTileN; ++tokens) {
+        if (!kquant_tile_fits(target, groups * mult, tokens, int_accs, in_memory)) continue;
+        const int64_t reuse = groups * tokens, best = best_groups * best_tokens;
+        if (reuse > best || (reuse == best && tokens > best_tokens)) {
+          best_groups = groups;
+          best_tokens = tokens;
+        }
+      }
+    }
+    return program::KernelId::gemm(e, best_groups * kPackRows, best_tokens, format);
+  }
+  // Q4_0 and Q5_0 run the Q8_0 GEMM on each task's rows converted to Q8_0
+  // (exactly: each row keeps the GEMV's bits).
+  if (format != ops::DType::Q8_0 && !converts_exactly_to_q8_0(format)) return program::KernelId::batch(e, format);
   int64_t best_groups = 1, best_tokens = 1;
   for (int64_t groups = 1; groups <= kTileM / kPackRows; ++groups) {
     for (int64_t tokens = 1; tokens <= kTileN; ++tokens) {

@@ -247,8 +247,10 @@ void check_schedule(int line, const Op& op) {
         fail(line, std::string(field) + " '" + to_string(kernel) + "' is not a " + to_string(kind) +
                        " kernel with the op's epilogue '" + to_string(op.epilogue) + "'" +
                        (kind == KernelKind::Gemm ? " (nor the batch kernel)" : ""));
-      // A GEMM reads Q8_0: a set of a format that converts to it exactly may name one.
-      const bool converted = kernel.kind == KernelKind::Gemm && converts_exactly_to_q8_0(s.format);
+      // A GEMM reads its set's format (a k-quant's, expanded per task) or Q8_0: a
+      // set of a format that converts to it exactly may name a Q8_0 one.
+      const bool converted =
+          kernel.kind == KernelKind::Gemm && converts_exactly_to_q8_0(s.format) && kernel.weight == DType::Q8_0;
       if (kernel.weight != s.format && !converted)
         fail(line, std::string(field) + " '" + to_string(kernel) + "' does not read the format " +
                        ops::id_name(s.format));

@@ -13,6 +13,7 @@
 #include "lumen/quant/quant.h"
 #include "lumen/runtime/kernels.h"
 #include "lumen/target/packed_4bit.h"
+#include "lumen/target/packed_kquant.h"
 #include "session_impl.h"
 
 namespace lumen::runtime {
@@ -47,9 +48,15 @@ void Session::Impl::run_matmul(const ROp& r, const ROp::MatMulKernel& k, const P
     if (k.convert_from != DType::Q8_0) {
       const int64_t groups = (args.m_rows + group - 1) / group * halves;
       PageBuffer& converted = scratch[static_cast<size_t>(thread)].weights;
-      const auto need = static_cast<size_t>(groups * args.k_blocks * kPackedBlockBytes);
+      const bool kquant = has_packed_kquant(k.convert_from);  // expanded for the k-quant GEMM
+      const auto need =
+          static_cast<size_t>(groups * args.k_blocks * (kquant ? kExpandedKQuantBlockBytes : kPackedBlockBytes));
       if (converted.size() < need) converted = PageBuffer(need);
-      convert_packed_to_q8_0(k.convert_from, model->isa, args.w, groups, args.k_blocks, converted.data());
+      if (kquant) {
+        expand_kquant(k.convert_from, args.w, groups, args.k_blocks, converted.data());
+      } else {
+        convert_packed_to_q8_0(k.convert_from, model->isa, args.w, groups, args.k_blocks, converted.data());
+      }
       args.w = converted.data();
     }
     args.x = x.act(tok0);

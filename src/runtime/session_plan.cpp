@@ -15,6 +15,7 @@
 #include "lumen/ops/op_table.h"
 #include "lumen/quant/quant.h"
 #include "lumen/runtime/kernels.h"
+#include "lumen/target/packed_kquant.h"
 #include "lumen/target/weight_formats.h"
 #include "session_impl.h"
 
@@ -277,12 +278,15 @@ void Session::Impl::choose_kernel(ROp& r, Section s, size_t i, int64_t rows) con
   r.matmul.clear();
   for (const program::MatMulKernels& f : op.schedule.formats) {
     program::KernelId id = rows == 1 ? f.decode_kernel : batch ? f.batch_kernel : f.prefill_kernel;
-    // A GEMM over converted weights converts once per task: below
-    // kConvertedGemmMinTokens the batch kernel is faster (docs/kernels.md).
-    // Both give every row the GEMV's bits.
-    if (id.kind == program::KernelKind::Gemm && id.weight != f.format && rows < kConvertedGemmMinTokens)
-      id = f.batch_kernel;
-    const bool converted = id.kind == program::KernelKind::Gemm && id.weight != f.format;
+    // A GEMM that does not read the set's packed weights as they are (Q8_0
+    // converted from Q4_0/Q5_0, a k-quant's expanded blocks) converts once
+    // per task: below kConvertedGemmMinTokens the batch kernel is faster
+    // (docs/kernels.md). Both give every row the GEMV's bits.
+    auto converts = [&f](const program::KernelId& k) {
+      return k.kind == program::KernelKind::Gemm && (k.weight != f.format || has_packed_kquant(k.weight));
+    };
+    if (converts(id) && rows < kConvertedGemmMinTokens) id = f.batch_kernel;
+    const bool converted = converts(id);
     auto k = model->kernels.find(id);
     if (k == model->kernels.end())
       throw LoadError("the model has no matmul kernel '" + program::to_string(id) + "'" + where());

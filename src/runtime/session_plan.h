@@ -71,7 +71,8 @@ struct ROp {
     MatMulFn fn = nullptr;
     int64_t rows_per_task = 0, tokens_per_task = 0;
     // A GEMM over weights packed in another format (Q4_0, Q5_0): each task
-    // converts its rows to packed Q8_0 first. Q8_0: none.
+    // converts its rows to packed Q8_0 first; over a k-quant (Q4_K, Q5_K,
+    // Q6_K): each task expands its rows (packed_kquant.h). Q8_0: none.
     program::DType convert_from = program::DType::Q8_0;
     std::string profile_key;
   };

@@ -11,6 +11,7 @@
 #include <string>
 #include <type_traits>
 
+#include "lumen/common/numeric.h"
 #include "lumen/quant/blocks.h"
 
 namespace lumen {
@@ -198,6 +199,54 @@ void pack_kquant(DType t, const void* src, int64_t rows, int64_t k, uint8_t* out
                           kQ5KSubBytes, dst);
     } else {
       pack_group_q6k(static_cast<const quant::BlockQ6_K*>(src) + g * kRows * supers, n, supers, dst);
+    }
+  }
+}
+
+void expand_kquant(DType t, const uint8_t* src, int64_t groups, int64_t k_blocks, uint8_t* dst) {
+  check_type(t, "expand_kquant");
+  if (k_blocks <= 0 || k_blocks % kKQuantSubBlocks != 0)
+    throw std::invalid_argument("expand_kquant: k_blocks must be a positive multiple of 8");
+  const int64_t supers = k_blocks / kKQuantSubBlocks, super_bytes = packed_kquant_super_bytes(t);
+  const int64_t header = packed_kquant_header_bytes(t), sub_bytes = packed_kquant_sub_bytes(t);
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t sb = 0; sb < supers; ++sb) {
+      const uint8_t* s = src + (g * supers + sb) * super_bytes;
+      for (int j = 0; j < kKQuantSubBlocks; ++j) {
+        const uint8_t* sub = s + header + j * sub_bytes;
+        uint8_t* e = dst + ((g * supers + sb) * kKQuantSubBlocks + j) * kExpandedKQuantBlockBytes;
+        // Vector 2v is the low nibbles of packed vector v, 2v + 1 its high ones.
+        for (int v = 0; v < 4; ++v) {
+          for (int x = 0; x < 64; ++x) {
+            const uint8_t p = sub[32 + 64 * v + x];
+            e[64 * (2 * v) + x] = p & 0xF;
+            e[64 * (2 * v + 1) + x] = p >> 4;
+          }
+        }
+        if (t == DType::Q5_K) {  // fifth bit of vector e at bit e
+          for (int v = 0; v < 8; ++v)
+            for (int x = 0; x < 64; ++x) e[64 * v + x] |= uint8_t(((sub[kKQuantHighBits + x] >> v) & 1) << 4);
+        } else if (t == DType::Q6_K) {  // high bits of vector e: vector e / 4, bits 2 (e % 4)
+          for (int v = 0; v < 8; ++v)
+            for (int x = 0; x < 64; ++x)
+              e[64 * v + x] |= uint8_t(((sub[kKQuantHighBits + 64 * (v / 4) + x] >> (2 * (v % 4))) & 3) << 4);
+        }
+        float f[2][kRows];
+        for (int r = 0; r < kRows; ++r) {
+          uint16_t d;
+          std::memcpy(&d, s + 2 * r, 2);
+          if (t == DType::Q6_K) {
+            f[0][r] = float(int8_t(sub[r])) * f16_to_f32(d);
+            f[1][r] = float(int8_t(sub[16 + r])) * f16_to_f32(d);
+          } else {
+            uint16_t dmin;
+            std::memcpy(&dmin, s + 32 + 2 * r, 2);
+            f[0][r] = f16_to_f32(d) * float(sub[r]);
+            f[1][r] = (f16_to_f32(dmin) * float(sub[16 + r])) * (1.0f / 128.0f);
+          }
+        }
+        std::memcpy(e + kExpandedKQuantFactors, f, sizeof(f));
+      }
     }
   }
 }

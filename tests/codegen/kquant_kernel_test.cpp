@@ -20,6 +20,7 @@
 
 #include "lumen/codegen/codegen.h"
 #include "lumen/codegen/kquant_kernel.h"
+#include "lumen/passes/passes.h"
 #include "lumen/quant/blocks.h"
 #include "lumen/target/weight_formats.h"
 #include "lumen/target/act_quant.h"
@@ -165,7 +166,7 @@ struct Case {
   DType type;
   int64_t m, k;
   Epilogue epi;
-  static constexpr int64_t kMaxN = 9;
+  int64_t max_n = 9;  // tokens of the data
   int64_t x_stride() const { return k / 32 + 3; }
   int64_t y_stride() const { return m + 5; }
   int64_t r_stride() const { return m + 2; }
@@ -173,6 +174,7 @@ struct Case {
 
 struct Data {
   std::vector<uint8_t> packed;
+  std::vector<uint8_t> expanded;  // expand_kquant of every packed group, as a prefill task makes them
   std::vector<ActBlock> x;
   std::vector<float> bias, residual;
   std::vector<float> exact;  // float64 dequantize-then-dot, per (token, row), before the epilogue
@@ -192,10 +194,10 @@ Data make_data(const Case& c, std::mt19937& rng) {
     pack_kquant(c.type, w.data(), c.m, c.k, d.packed.data(), 0);
   }
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  d.x.resize(Case::kMaxN * c.x_stride());
+  d.x.resize(c.max_n * c.x_stride());
   std::vector<float> xf(c.k);
-  std::vector<std::vector<float>> xd(Case::kMaxN, std::vector<float>(c.k));
-  for (int64_t n = 0; n < Case::kMaxN; ++n) {
+  std::vector<std::vector<float>> xd(c.max_n, std::vector<float>(c.k));
+  for (int64_t n = 0; n < c.max_n; ++n) {
     for (auto& v : xf) v = normal(rng);
     quantize_act(xf.data(), d.x.data() + n * c.x_stride(), c.k);
     for (int64_t i = 0; i < c.k; ++i) {
@@ -204,14 +206,14 @@ Data make_data(const Case& c, std::mt19937& rng) {
     }
   }
   d.bias.resize(c.m);
-  d.residual.resize(Case::kMaxN * c.r_stride());
+  d.residual.resize(c.max_n * c.r_stride());
   for (auto& v : d.bias) v = normal(rng);
   for (auto& v : d.residual) v = normal(rng);
   const auto wf = dequantize(c.type, w, c.m, c.k);
   const auto uf = silu ? dequantize(c.type, u, c.m, c.k) : std::vector<float>{};
-  d.exact.resize(Case::kMaxN * c.m * (silu ? 2 : 1));
+  d.exact.resize(c.max_n * c.m * (silu ? 2 : 1));
   d.bound.resize(d.exact.size());
-  for (int64_t n = 0; n < Case::kMaxN; ++n) {
+  for (int64_t n = 0; n < c.max_n; ++n) {
     for (int64_t r = 0; r < c.m * (silu ? 2 : 1); ++r) {
       const float* row = r < c.m ? wf.data() + r * c.k : uf.data() + (r - c.m) * c.k;
       double acc = 0, mag = 0;
@@ -226,16 +228,21 @@ Data make_data(const Case& c, std::mt19937& rng) {
       d.bound[n * c.m * (silu ? 2 : 1) + r] = float(2e-5 * mag + 1e-6);
     }
   }
-  d.oracle.assign(Case::kMaxN * c.y_stride(), std::bit_cast<float>(kPoisonBits));
+  d.oracle.assign(c.max_n * c.y_stride(), std::bit_cast<float>(kPoisonBits));
   MatMulArgs a{d.packed.data(), d.x.data(), d.oracle.data(), d.bias.data(), d.residual.data(), c.x_stride(),
-               c.y_stride(), c.r_stride(), c.k / 32, c.m, Case::kMaxN};
+               c.y_stride(), c.r_stride(), c.k / 32, c.m, c.max_n};
   reference_kquant_matmul(c.type, c.epi, a);
+  const int64_t groups = (c.m + 15) / 16 * (silu ? 2 : 1);
+  d.expanded.resize(groups * c.k / 32 * kExpandedKQuantBlockBytes);
+  expand_kquant(c.type, d.packed.data(), groups, c.k / 32, d.expanded.data());
   return d;
 }
 
 std::vector<float> run(Isa isa, const Case& c, const Data& d, const KernelId& id, int64_t n0, int64_t n) {
-  std::vector<float> y(Case::kMaxN * c.y_stride(), std::bit_cast<float>(kPoisonBits));
-  MatMulArgs a{d.packed.data(), d.x.data() + n0 * c.x_stride(), y.data() + n0 * c.y_stride(), d.bias.data(),
+  std::vector<float> y(c.max_n * c.y_stride(), std::bit_cast<float>(kPoisonBits));
+  // A GEMM reads the expanded rows.
+  const uint8_t* w = id.kind == program::KernelKind::Gemm ? d.expanded.data() : d.packed.data();
+  MatMulArgs a{w, d.x.data() + n0 * c.x_stride(), y.data() + n0 * c.y_stride(), d.bias.data(),
                d.residual.data() + n0 * c.r_stride(), c.x_stride(), c.y_stride(), c.r_stride(), c.k / 32, c.m, n};
   kernel(isa, id).fn()(&a);
   return y;
@@ -262,7 +269,7 @@ void check(Isa isa, const Case& c, const Data& d, const KernelId& id, int64_t n_
   SCOPED_TRACE(std::string(to_string(isa)) + " " + program::to_string(id) + " " + ops::row(c.type).name +
                " m=" + std::to_string(c.m) + " k=" + std::to_string(c.k) + " n=" + std::to_string(n_tokens));
   int failures = 0;
-  for (int64_t n = 0; n < Case::kMaxN; ++n) {
+  for (int64_t n = 0; n < c.max_n; ++n) {
     for (int64_t m = 0; m < c.y_stride(); ++m) {
       const float got = y[n * c.y_stride() + m];
       if (n >= n_tokens || m >= c.m) {
@@ -284,17 +291,32 @@ void check(Isa isa, const Case& c, const Data& d, const KernelId& id, int64_t n_
   }
 }
 
-void run_case(const Case& c, std::mt19937& rng, const std::vector<int64_t>& ns) {
+// The kernels run_case checks beside the GEMV: the batch kernel, or (gemm)
+// the schedule's k-quant GEMM and a one-group tile of up to 3 tokens (edge
+// bodies of both kinds at every N tested).
+std::vector<KernelId> kernels_under_test(Isa isa, const Case& c, bool gemm) {
+  if (!gemm) return {KernelId::gemv(c.epi, c.type), KernelId::batch(c.epi, c.type)};
+  std::vector<KernelId> ids = {passes::prefill_kernel(isa, c.epi, c.type)};
+  for (int64_t tokens : {3, 2, 1}) {
+    if (program::fits(KernelId::gemm(c.epi, 16, tokens, c.type), isa)) {
+      ids.push_back(KernelId::gemm(c.epi, 16, tokens, c.type));
+      break;
+    }
+  }
+  return ids;
+}
+
+void run_case(const Case& c, std::mt19937& rng, const std::vector<int64_t>& ns, bool gemm = false) {
   const Data d = make_data(c, rng);
   for (Isa isa : runnable_isas()) {
-    const KernelId gemv = KernelId::gemv(c.epi, c.type), batch = KernelId::batch(c.epi, c.type);
-    std::vector<float> per_token(Case::kMaxN * c.y_stride(), std::bit_cast<float>(kPoisonBits));
-    for (int64_t n = 0; n < Case::kMaxN; ++n) {
+    const KernelId gemv = KernelId::gemv(c.epi, c.type);
+    std::vector<float> per_token(c.max_n * c.y_stride(), std::bit_cast<float>(kPoisonBits));
+    for (int64_t n = 0; n < c.max_n; ++n) {
       const auto y = run(isa, c, d, gemv, n, 1);
       std::copy_n(y.begin() + n * c.y_stride(), c.y_stride(), per_token.begin() + n * c.y_stride());
     }
     for (int64_t n : ns) {
-      for (const KernelId& id : {gemv, batch}) {
+      for (const KernelId& id : kernels_under_test(isa, c, gemm)) {
         const auto y = run(isa, c, d, id, 0, n);
         check(isa, c, d, id, n, y);
         // Batch invariance: each token's row is the GEMV's, bit for bit.
@@ -324,6 +346,56 @@ TEST(KQuantKernels, EveryEpilogueShapeAndTokenCount) {
   }
 }
 
+// The prefill GEMM over expanded rows (odd N, edge tiles of rows and tokens):
+// against the oracle and each token's row against the GEMV's, bit for bit.
+TEST(KQuantKernels, GemmOverExpandedRowsIsTheGemvRowForRow) {
+  std::mt19937 rng(21);
+  for (DType t : kTypes) {
+    for (Epilogue e : kAllEpilogues) {
+      for (int64_t m : {1, 3, 17, 33, 80}) run_case({t, m, 256, e, 67}, rng, {9, 13, 64, 67}, true);
+    }
+    for (int64_t m : {1, 3, 17, 33, 80}) run_case({t, m, 512, Epilogue::SiluMul, 67}, rng, {9, 13, 64, 67}, true);
+    run_case({t, 17, 4864, Epilogue::Residual, 67}, rng, {9, 67}, true);
+    run_case({t, 80, 4864, Epilogue::SiluMul, 13}, rng, {13}, true);
+  }
+}
+
+TEST(KQuantKernels, ExpandedLayoutIsThePackedValuesAndTheGemvFactors) {
+  std::mt19937 rng(4);
+  for (DType t : kTypes) {
+    const int64_t rows = 19, k = 512, kb = k / 32;
+    const auto w = random_blocks(t, rows, k, rng);
+    std::vector<uint8_t> packed(packed_kquant_bytes(t, rows, k)), e(2 * kb * kExpandedKQuantBlockBytes);
+    pack_kquant(t, w.data(), rows, k, packed.data(), 0);
+    expand_kquant(t, packed.data(), 2, kb, e.data());
+    const int64_t group_bytes = k / 256 * packed_kquant_super_bytes(t);
+    for (int64_t r = 0; r < 32; ++r) {
+      const uint8_t* g = packed.data() + (r / 16) * group_bytes;
+      for (int64_t b = 0; b < kb; ++b) {
+        const uint8_t* blk = e.data() + ((r / 16) * kb + b) * kExpandedKQuantBlockBytes;
+        for (int64_t i = 0; i < 32; ++i)
+          ASSERT_EQ(blk[64 * (i / 4) + 4 * (r % 16) + i % 4], packed_kquant_q(t, g, r % 16, 32 * b + i));
+        float f0, f1;
+        std::memcpy(&f0, blk + kExpandedKQuantFactors + 4 * (r % 16), 4);
+        std::memcpy(&f1, blk + kExpandedKQuantFactors + 64 + 4 * (r % 16), 4);
+        const int64_t sb = b / 8, j = b % 8;
+        const float d = f16_to_f32(packed_kquant_d(g, t, r % 16, sb));
+        if (t != DType::Q6_K) {
+          EXPECT_EQ(f0, d * float(packed_kquant_scale(t, g, r % 16, sb, j)));
+          EXPECT_EQ(f1, f16_to_f32(packed_kquant_dmin(g, t, r % 16, sb)) * float(packed_kquant_min(g, t, r % 16, sb, j)) *
+                            (1.0f / 128.0f));
+        } else {
+          EXPECT_EQ(f0, float(packed_kquant_scale(t, g, r % 16, sb, 2 * j)) * d);
+          EXPECT_EQ(f1, float(packed_kquant_scale(t, g, r % 16, sb, 2 * j + 1)) * d);
+        }
+      }
+    }
+  }
+  std::vector<uint8_t> src(1 << 16), dst(1 << 16);
+  EXPECT_THROW(expand_kquant(DType::Q6_K, src.data(), 1, 28, dst.data()), std::invalid_argument);
+  EXPECT_THROW(expand_kquant(DType::Q8_0, src.data(), 1, 8, dst.data()), std::invalid_argument);
+}
+
 TEST(KQuantKernels, KNotAMultipleOf256IsRefused) {
   for (DType t : kTypes) {
     EXPECT_THROW(packed_kquant_bytes(t, 16, 896), std::invalid_argument);
@@ -333,7 +405,8 @@ TEST(KQuantKernels, KNotAMultipleOf256IsRefused) {
     std::vector<ActBlock> x(28);
     quantize_act(std::vector<float>(896, 1.0f).data(), x.data(), 896);
     for (Isa isa : runnable_isas()) {
-      for (const KernelId& id : {KernelId::gemv(Epilogue::None, t), KernelId::batch(Epilogue::None, t)}) {
+      for (const KernelId& id : {KernelId::gemv(Epilogue::None, t), KernelId::batch(Epilogue::None, t),
+                                 KernelId::gemm(Epilogue::None, 16, 1, t)}) {
         std::vector<float> y(16, std::bit_cast<float>(kPoisonBits));
         MatMulArgs a{out.data(), x.data(), y.data(), nullptr, nullptr, 28, 16, 16, 28, 16, 1};
         kernel(isa, id).fn()(&a);

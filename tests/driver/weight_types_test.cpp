@@ -68,8 +68,8 @@ TEST(WeightTypes, AnyWeightsTakeTheFilesTypesPerLayer) {
   EXPECT_EQ(weight(p, "output").dtypes, (std::vector<DType>{DType::Q5_0}));  // tied: the embedding's type
   // One kernel set per packed format among a matmul's layers, each reading
   // its format: ffn_down has two (Q4_K in layer 0, Q6_K after), the others
-  // one (Q5_0); the k-quants prefill with their batch kernel, Q5_0 with the
-  // Q8_0 GEMM (on rows converted per task).
+  // one (Q5_0); the k-quants prefill with their own GEMM (on rows expanded
+  // per task), Q5_0 with the Q8_0 GEMM (on rows converted per task).
   for (const program::Op& op : p.layer)
     if (op.kind == ops::OpId::MatMul) {
       const bool down = p.weights[static_cast<size_t>(op.weights[0])].name == "wdown";
@@ -77,8 +77,9 @@ TEST(WeightTypes, AnyWeightsTakeTheFilesTypesPerLayer) {
       for (const program::MatMulKernels& k : op.schedule.formats) {
         formats.push_back(k.format);
         EXPECT_EQ(k.decode_kernel, program::KernelId::gemv(op.epilogue, k.format));
-        EXPECT_EQ(k.prefill_kernel, k.format == DType::Q5_0 ? passes::prefill_kernel(Options{}.target, op.epilogue)
-                                                             : program::KernelId::batch(op.epilogue, k.format));
+        EXPECT_EQ(k.prefill_kernel, passes::prefill_kernel(Options{}.target, op.epilogue, k.format));
+        EXPECT_EQ(k.prefill_kernel.kind, program::KernelKind::Gemm);
+        EXPECT_EQ(k.prefill_kernel.weight, k.format == DType::Q5_0 ? DType::Q8_0 : k.format);
       }
       const std::vector<DType> want = down ? std::vector<DType>{DType::Q4_K, DType::Q6_K} : std::vector<DType>{DType::Q5_0};
       EXPECT_EQ(formats, want);

@@ -482,6 +482,27 @@ TEST_F(Binding, EveryWeightTypeRunsAsItsValues) {
   }
 }
 
+// A k-quant prefill of 64 tokens (every k-quant matmul runs its GEMM on rows
+// expanded per task) gives the logits of the same prompt in chunks of 8 (the
+// batch kernel), bit for bit: each GEMM row is the GEMV's.
+TEST_F(Binding, KQuantPrefillGemmIsBitwiseTheBatchKernel) {
+  for (ops::DType t : {ops::DType::Q4_K, ops::DType::Q5_K, ops::DType::Q6_K}) {
+    SCOPED_TRACE(ops::row(t).name);
+    const std::string path = synth_gguf(std::string("prefill_") + ops::row(t).name, of_type(t));
+    const auto model = model_declaring(t);
+    std::vector<int32_t> tokens;
+    for (int32_t i = 0; i < 64; ++i) tokens.push_back((i * 37 + 5) % kVocab);
+    SessionOptions o;
+    o.n_threads = 2;
+    Session whole(model, path, o);
+    std::span<const float> l = whole.eval(tokens);
+    const std::vector<float> once(l.begin(), l.end());
+    Session chunked(model, path, o);
+    for (size_t at = 0; at < tokens.size(); at += 8) l = chunked.eval(std::span<const int32_t>(tokens).subspan(at, 8));
+    EXPECT_EQ(std::vector<float>(l.begin(), l.end()), once);
+  }
+}
+
 // A tied head reads the embedding's tensor in the embedding's type (here
 // Q4_K: the Embed op dequantizes it, the head packs it).
 TEST_F(Binding, TiedHeadReadsTheEmbeddingsType) {

@@ -19,10 +19,15 @@ struct KQuantShape {
   int64_t tokens = 1;          // tokens per register tile
   int64_t prefetch_bytes = 0;  // software prefetch distance on the weight stream, 0 = none
   bool fp32_acc_in_memory = false;
+  // The weights are expanded blocks (packed_kquant.h expand_kquant): the GEMM's.
+  // It broadcasts each token's activation dword into a register of its own
+  // when the registers its tile leaves hold them all.
+  bool expanded = false;
 };
 
-// Whether `kernel` is a k-quant kernel: its weight Q4_K, Q5_K or Q6_K, a
-// GEMV or batch kernel, any epilogue; every ISA has them.
+// Whether `kernel` is a k-quant kernel: its weight Q4_K, Q5_K or Q6_K, any
+// kind and epilogue; every ISA has them. A GEMV or batch kernel reads the
+// packed layout, a GEMM (prefill) the expanded one, with its id's tile.
 // generate_matmul_kernel (codegen.h) generates these with the functions below.
 bool is_kquant_kernel(const program::KernelId& kernel);
 // The shape the generator uses; InternalError unless is_kquant_kernel.

@@ -145,7 +145,8 @@ struct KernelId {
   int64_t tile_n = kGemvTileN;  // Gemm: the register tile's tokens, in [1, 64]
   // The packed weight format the kernel streams (target/weight_formats.h):
   // one of kPackedFormats; a Gemm's is Q8_0 (Q4_0 and Q5_0 weights are
-  // converted to it per task; the k-quants prefill with their Batch kernel).
+  // converted to it per task) or a k-quant (each task expands its rows,
+  // target/packed_kquant.h expand_kquant, and the GEMM reads those).
   DType weight = DType::Q8_0;
 
   // A Gemv's and a Batch's tiles are fixed values, not register tiles (codegen
@@ -159,8 +160,8 @@ struct KernelId {
   static KernelId batch(Epilogue e, DType weight = DType::Q8_0) {
     return KernelId{KernelKind::Batch, e, kBatchTileM, kBatchMaxTokens, weight};
   }
-  static KernelId gemm(Epilogue e, int64_t tile_m, int64_t tile_n) {
-    return KernelId{KernelKind::Gemm, e, tile_m, tile_n, DType::Q8_0};
+  static KernelId gemm(Epilogue e, int64_t tile_m, int64_t tile_n, DType weight = DType::Q8_0) {
+    return KernelId{KernelKind::Gemm, e, tile_m, tile_n, weight};
   }
   friend auto operator<=>(const KernelId&, const KernelId&) = default;
 };
@@ -169,7 +170,7 @@ std::string to_string(const KernelId& k);
 // any text to_string cannot produce or whose kernel would be invalid.
 std::optional<KernelId> parse_kernel_id(std::string_view text, std::string* why = nullptr);
 // Whether `k` is a kernel at all (tile bounds; a Gemv's or Batch's tile is the
-// fixed one; the weight a packed format, Q8_0 for a Gemm).
+// fixed one; the weight a packed format, Q8_0 or a k-quant for a Gemm).
 bool is_valid(const KernelId& k, std::string* why = nullptr);
 // Whether codegen can generate `k` for `isa`: it is_valid (every packed
 // format has kernels on every ISA), and a Gemm's tile fits the ISA's
@@ -185,9 +186,10 @@ struct MatMulKernels {
   DType format = DType::Q8_0;  // the packed weight format the kernels read
   KernelId decode_kernel;      // for N == 1
   KernelId batch_kernel;       // for 2 <= N <= KernelId::kBatchMaxTokens (several sequences' decode steps)
-  KernelId prefill_kernel;     // for larger N: a Gemm (Q8_0, its tile the prefill register tile; a set of
-                               // another format converts each task's rows to it), or batch_kernel (it
-                               // walks any number of tokens in its token tiles)
+  KernelId prefill_kernel;     // for larger N: a Gemm (its tile the prefill register tile; Q8_0, which a
+                               // set of Q4_0/Q5_0 converts each task's rows to, or the set's k-quant,
+                               // expanded per task), or batch_kernel (it walks any number of tokens in
+                               // its token tiles)
 
   std::array<KernelId, 3> kernels() const { return {decode_kernel, batch_kernel, prefill_kernel}; }
 };

@@ -70,4 +70,22 @@ inline constexpr bool gemm_tile_fits(Isa isa, int64_t packed_groups, int64_t tok
   return tile_fits(isa, packed_groups, tokens, false) || (is_ymm_isa(isa) && tile_fits(isa, packed_groups, tokens, true));
 }
 
+// A k-quant register tile (src/codegen/kquant_generator.cpp): per accumulator
+// pair `int_accs` int vectors (kquant_int_accumulators: Q6_K has one per
+// 16-block) and an fp32 one in a register or a stack slot, beside 4 temporaries.
+inline constexpr bool kquant_tile_fits(Isa isa, int64_t packed_groups, int64_t tokens, int64_t int_accs,
+                                       bool fp32_acc_in_memory) {
+  const int64_t pairs = packed_groups * vectors_per_group(isa) * tokens;
+  return packed_groups >= 1 && tokens >= 1 && packed_groups + tokens <= kTilePointerRegs &&
+         pairs * (int_accs + (fp32_acc_in_memory ? 0 : 1)) + 4 <= (is_ymm_isa(isa) ? 16 : 32);
+}
+// A k-quant GEMM keeps its fp32 accumulators in registers when they fit.
+inline constexpr bool kquant_gemm_fp32_acc_in_memory(Isa isa, int64_t packed_groups, int64_t tokens, int64_t int_accs) {
+  return !kquant_tile_fits(isa, packed_groups, tokens, int_accs, false);
+}
+inline constexpr bool kquant_gemm_tile_fits(Isa isa, int64_t packed_groups, int64_t tokens, int64_t int_accs) {
+  return kquant_tile_fits(isa, packed_groups, tokens, int_accs, false) ||
+         kquant_tile_fits(isa, packed_groups, tokens, int_accs, true);
+}
+
 }  // namespace lumen

@@ -28,6 +28,17 @@
 //       row r's dword at 4r, byte i holding bits 2p..2p+1 = high bits of
 //       k = 32j + 16u + 4p + i.
 // Padding rows (past the matrix, up to the group) are all zero.
+//
+// The expanded layout (the k-quant GEMM's, made per prefill task from the
+// packed one by expand_kquant; the same for the three types and every ISA):
+// a group of K columns holds K/32 blocks of kExpandedKQuantBlockBytes, in k
+// order. Block b (k0 = 32b):
+//   [0, 512) 8 vectors of u8 q (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63), vector e
+//     holding q of row r, k = k0 + 4e + i at byte 4r + i;
+//   [512, 640) two vectors of 16 fp32 factors, row r at 4r, each computed as
+//     the GEMV computes it: Q4_K, Q5_K float(d) * float(sc), then
+//     (float(dmin) * float(m)) * (1/128); Q6_K float(sc_s) * float(d) for the
+//     16-blocks s = 0, 1.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +54,12 @@ inline constexpr int64_t kQ5KSubBytes = 352;
 inline constexpr int64_t kQ6KHeaderBytes = 32, kQ6KSubBytes = 416;
 inline constexpr int64_t kKQuantHighBits = 288;  // offset of the high bits (Q5_K, Q6_K) in a sub-block
 
+inline constexpr int64_t kExpandedKQuantBlockBytes = 640, kExpandedKQuantFactors = 512;
+
+// Int accumulators per row and token a k-quant kernel keeps for a 32-block:
+// one, or for Q6_K one per 16-block (each has its own scale).
+inline constexpr int64_t kquant_int_accumulators(ops::DType t) { return t == ops::DType::Q6_K ? 2 : 1; }
+
 // Whether t has a packed k-quant layout (Q4_K, Q5_K, Q6_K).
 bool has_packed_kquant(ops::DType t);
 // Bytes of one super-block of one 16-row group: 2368 (Q4_K), 2880 (Q5_K), 3360 (Q6_K).
@@ -55,6 +72,11 @@ int64_t packed_kquant_bytes(ops::DType t, int64_t rows, int64_t k);
 // Packs `rows` rows of GGUF blocks of type t (k elements each) at packed row
 // group `first_group` of `out`.
 void pack_kquant(ops::DType t, const void* src, int64_t rows, int64_t k, uint8_t* out, int64_t first_group);
+
+// Expands `groups` consecutive packed groups of type t (K = 32 * k_blocks,
+// k_blocks % 8 == 0) at `src` into the expanded layout at `dst`
+// (groups * k_blocks * kExpandedKQuantBlockBytes bytes).
+void expand_kquant(ops::DType t, const uint8_t* src, int64_t groups, int64_t k_blocks, uint8_t* dst);
 
 // Reference decoding of one packed group (the scalar oracle reads these).
 // q of weight (r, k): Q4_K 0..15, Q5_K 0..31, Q6_K 0..63 (the value is q - 32).
