@@ -115,9 +115,11 @@ void pack_iq4_xs_rows(const quant::BlockIQ4_XS* src, int64_t rows, int64_t k, ui
 }
 
 // convert_packed_to_q8_0 for one format: the int8 level of each q, as u8 ^ flip.
-template <bool kHighBits>
-void convert_groups(const int8_t levels[32], uint8_t flip, int64_t src_block, const uint8_t* src, int64_t blocks,
-                    uint8_t* out) {
+// Q4_0's and Q5_0's level is q - offset, which the compiler vectorizes; a
+// table lookup (IQ4_NL's) it does not.
+template <bool kHighBits, bool kLevelTable>
+void convert_groups(const int8_t levels[32], int offset, uint8_t flip, int64_t src_block, const uint8_t* src,
+                    int64_t blocks, uint8_t* out) {
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* in = src + b * src_block;
     uint8_t* blk = out + b * kPackedBlockBytes;
@@ -132,7 +134,7 @@ void convert_groups(const int8_t levels[32], uint8_t flip, int64_t src_block, co
       uint8_t* quads = blk + kPackedScaleBytes + 64 * j;
       for (int byte = 0; byte < 64; ++byte) {
         const uint8_t q = uint8_t(((nibbles[byte] >> shift) & 0x0F) | high[byte]);
-        quads[byte] = uint8_t(uint8_t(levels[q]) ^ flip);
+        quads[byte] = uint8_t(uint8_t(kLevelTable ? levels[q] : q - offset) ^ flip);
       }
     }
   }
@@ -241,10 +243,15 @@ void convert_packed_to_q8_0_scalar(ops::DType format, Isa isa, const uint8_t* sr
                                    uint8_t* out) {
   check_converts_exactly(format);
   const std::array<int8_t, 32> levels = q8_levels(format);
+  const int offset = q_offset(format);
+  const uint8_t flip = q8_0_flip(isa);
+  const int64_t src_block = packed_block_bytes(format), blocks = groups * k_blocks;
   if (has_fifth_bits(format)) {
-    convert_groups<true>(levels.data(), q8_0_flip(isa), packed_block_bytes(format), src, groups * k_blocks, out);
+    convert_groups<true, false>(levels.data(), offset, flip, src_block, src, blocks, out);
+  } else if (has_iq4_levels(format)) {
+    convert_groups<false, true>(levels.data(), offset, flip, src_block, src, blocks, out);
   } else {
-    convert_groups<false>(levels.data(), q8_0_flip(isa), packed_block_bytes(format), src, groups * k_blocks, out);
+    convert_groups<false, false>(levels.data(), offset, flip, src_block, src, blocks, out);
   }
 }
 
