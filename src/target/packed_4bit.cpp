@@ -3,10 +3,13 @@
 // include/lumen/target/packed_4bit.h and packed_q8_0.h).
 #include "lumen/target/packed_4bit.h"
 
+#include <immintrin.h>
+
 #include <array>
 #include <cstring>
 #include <stdexcept>
 
+#include "lumen/target/isa.h"
 #include "lumen/target/weight_formats.h"
 
 namespace lumen {
@@ -112,9 +115,11 @@ void pack_iq4_xs_rows(const quant::BlockIQ4_XS* src, int64_t rows, int64_t k, ui
 }
 
 // convert_packed_to_q8_0 for one format: the int8 level of each q, as u8 ^ flip.
-template <bool kHighBits>
-void convert_groups(const int8_t levels[32], uint8_t flip, int64_t src_block, const uint8_t* src, int64_t blocks,
-                    uint8_t* out) {
+// Q4_0's and Q5_0's level is q - offset, which the compiler vectorizes; a
+// table lookup (IQ4_NL's) it does not.
+template <bool kHighBits, bool kLevelTable>
+void convert_groups(const int8_t levels[32], int offset, uint8_t flip, int64_t src_block, const uint8_t* src,
+                    int64_t blocks, uint8_t* out) {
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* in = src + b * src_block;
     uint8_t* blk = out + b * kPackedBlockBytes;
@@ -129,8 +134,35 @@ void convert_groups(const int8_t levels[32], uint8_t flip, int64_t src_block, co
       uint8_t* quads = blk + kPackedScaleBytes + 64 * j;
       for (int byte = 0; byte < 64; ++byte) {
         const uint8_t q = uint8_t(((nibbles[byte] >> shift) & 0x0F) | high[byte]);
-        quads[byte] = uint8_t(uint8_t(levels[q]) ^ flip);
+        quads[byte] = uint8_t(uint8_t(kLevelTable ? levels[q] : q - offset) ^ flip);
       }
+    }
+  }
+}
+
+// convert_groups<false> with the level lookup as one `vpshufb` per 32 quants
+// from a 16-byte table (level ^ flip): the same bytes.
+__attribute__((target("avx2"))) void convert_nibble_groups_avx2(const int8_t levels[16], uint8_t flip,
+                                                                int64_t src_block, const uint8_t* src,
+                                                                int64_t blocks, uint8_t* out) {
+  alignas(16) uint8_t table[16];
+  for (int q = 0; q < 16; ++q) table[q] = uint8_t(uint8_t(levels[q]) ^ flip);
+  const __m256i lut = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(table)));
+  const __m256i low_nibble = _mm256_set1_epi8(0x0F);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* in = src + b * src_block;
+    uint8_t* blk = out + b * kPackedBlockBytes;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(blk), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in)));
+    static_assert(kPackedScaleBytes == 32);
+    // Vector v's low nibbles are 4-k step 2v, its high ones step 2v + 1.
+    for (int64_t half = 0; half < 2 * kQ8Block / 8; ++half) {  // 4 vectors of 2 ymm halves
+      const int64_t v = half / 2, h = half % 2;
+      const __m256i n = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + kPackedNibbleOffset + 64 * v + 32 * h));
+      const __m256i lo = _mm256_and_si256(n, low_nibble);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(n, 4), low_nibble);
+      uint8_t* quads = blk + kPackedScaleBytes + 64 * (2 * v) + 32 * h;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(quads), _mm256_shuffle_epi8(lut, lo));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(quads + 64), _mm256_shuffle_epi8(lut, hi));
     }
   }
 }
@@ -196,19 +228,40 @@ uint16_t packed_4bit_min(ops::DType format, const uint8_t* group, int64_t r, int
   return m;
 }
 
-void convert_packed_to_q8_0(ops::DType format, Isa isa, const uint8_t* src, int64_t groups, int64_t k_blocks,
-                            uint8_t* out) {
+namespace {
+void check_converts_exactly(ops::DType format) {
   if (!converts_exactly_to_q8_0(format)) {
     throw std::invalid_argument(std::string("convert_packed_to_q8_0: ") + ops::id_name(format) +
                                 " has no exact Q8_0 conversion");
   }
-  const uint8_t flip = is_vnni_isa(isa) ? 0x80 : 0x00;
+}
+// VNNI's packed Q8_0 stores the level + 128 as u8 (packed_q8_0.h).
+uint8_t q8_0_flip(Isa isa) { return is_vnni_isa(isa) ? 0x80 : 0x00; }
+}  // namespace
+
+void convert_packed_to_q8_0_scalar(ops::DType format, Isa isa, const uint8_t* src, int64_t groups, int64_t k_blocks,
+                                   uint8_t* out) {
+  check_converts_exactly(format);
   const std::array<int8_t, 32> levels = q8_levels(format);
+  const int offset = q_offset(format);
+  const uint8_t flip = q8_0_flip(isa);
+  const int64_t src_block = packed_block_bytes(format), blocks = groups * k_blocks;
   if (has_fifth_bits(format)) {
-    convert_groups<true>(levels.data(), flip, packed_block_bytes(format), src, groups * k_blocks, out);
+    convert_groups<true, false>(levels.data(), offset, flip, src_block, src, blocks, out);
+  } else if (has_iq4_levels(format)) {
+    convert_groups<false, true>(levels.data(), offset, flip, src_block, src, blocks, out);
   } else {
-    convert_groups<false>(levels.data(), flip, packed_block_bytes(format), src, groups * k_blocks, out);
+    convert_groups<false, false>(levels.data(), offset, flip, src_block, src, blocks, out);
   }
+}
+
+void convert_packed_to_q8_0(ops::DType format, Isa isa, const uint8_t* src, int64_t groups, int64_t k_blocks,
+                            uint8_t* out) {
+  check_converts_exactly(format);
+  static const bool avx2 = (cpu_features() & kCpuAvx2) != 0;
+  if (!avx2 || has_fifth_bits(format)) return convert_packed_to_q8_0_scalar(format, isa, src, groups, k_blocks, out);
+  const std::array<int8_t, 32> levels = q8_levels(format);
+  convert_nibble_groups_avx2(levels.data(), q8_0_flip(isa), packed_block_bytes(format), src, groups * k_blocks, out);
 }
 
 void convert_row_to_q8_0(ops::DType type, const void* src, BlockQ8_0* out, int64_t k) {

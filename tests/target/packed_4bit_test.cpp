@@ -155,6 +155,26 @@ TEST(Packed4Bit, ConvertsToQ8_0Exactly) {
   }
 }
 
+// The vector conversion (on CPUs with AVX2) writes the scalar reference's
+// bytes on random packed blocks (any nibble and fifth bit), odd group and
+// block counts, in every ISA's packing.
+TEST(Packed4Bit, ConversionMatchesTheScalarReference) {
+  std::mt19937 rng(11);
+  for (DType type : {DType::Q4_0, DType::Q5_0, DType::IQ4_NL}) {
+    for (auto [groups, k_blocks] : {std::pair<int64_t, int64_t>{1, 1}, {3, 11}, {5, 28}}) {
+      std::vector<uint8_t> src(size_t(groups * k_blocks * packed_block_bytes(type)));
+      for (auto& byte : src) byte = uint8_t(rng());
+      for (Isa isa : kAllIsas) {
+        std::vector<uint8_t> want(size_t(groups * k_blocks * kPackedBlockBytes), 0xCC), got(want.size(), 0x33);
+        convert_packed_to_q8_0_scalar(type, isa, src.data(), groups, k_blocks, want.data());
+        convert_packed_to_q8_0(type, isa, src.data(), groups, k_blocks, got.data());
+        ASSERT_EQ(got, want) << to_string(type) << " " << to_string(isa) << " groups " << groups << " k_blocks "
+                             << k_blocks;
+      }
+    }
+  }
+}
+
 TEST(Packed4Bit, RefusesBadShapes) {
   std::vector<uint8_t> out(1024);
   EXPECT_THROW(pack_q4_0(nullptr, 1, 33, out.data(), 0), std::invalid_argument);
@@ -163,6 +183,8 @@ TEST(Packed4Bit, RefusesBadShapes) {
   EXPECT_THROW(convert_row_to_q8_0(DType::Q4_K, nullptr, nullptr, 256), std::invalid_argument);
   EXPECT_THROW(convert_row_to_q8_0(DType::Q4_1, nullptr, nullptr, 32), std::invalid_argument);
   EXPECT_THROW(convert_packed_to_q8_0(DType::Q5_1, Isa::Avx2, nullptr, 1, 1, out.data()), std::invalid_argument);
+  EXPECT_THROW(convert_packed_to_q8_0_scalar(DType::IQ4_XS, Isa::Avx2, nullptr, 1, 1, out.data()),
+               std::invalid_argument);
   EXPECT_THROW(pack_4bit(DType::Q8_0, nullptr, 1, 32, out.data(), 0), std::invalid_argument);
   EXPECT_THROW(pack_4bit(DType::IQ4_XS, nullptr, 1, 288, out.data(), 0), std::invalid_argument);
   EXPECT_THROW(packed_bytes(DType::IQ4_XS, 16, 288), std::invalid_argument);

@@ -107,8 +107,12 @@ int packed_4bit_block_scale(ops::DType format, const uint8_t* group, int64_t r, 
 // Converts `groups` packed groups of `format` (Q4_0, Q5_0 or IQ4_NL; k_blocks
 // blocks each) into the packed Q8_0 layout of `isa` (exactly: the int8 quant
 // is q - offset or IQ4_NL's level, the scale is d): what a prefill task runs the Q8_0 GEMM on.
+// Q4_0's and IQ4_NL's level lookup is a `vpshufb` when the CPU has AVX2; the
+// scalar version is the reference (and Q5_0's path), with the same bytes.
 void convert_packed_to_q8_0(ops::DType format, Isa isa, const uint8_t* src, int64_t groups, int64_t k_blocks,
                             uint8_t* out);
+void convert_packed_to_q8_0_scalar(ops::DType format, Isa isa, const uint8_t* src, int64_t groups, int64_t k_blocks,
+                                   uint8_t* out);
 
 // Converts one row of GGUF blocks of `type` (Q4_0, Q5_0 or IQ4_NL; k elements)
 // to Q8_0 blocks exactly (q - 8, (q | h << 4) - 16 or the IQ4_NL level, and the
