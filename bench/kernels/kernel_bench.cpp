@@ -599,9 +599,11 @@ int main(int argc, char** argv) {
       continue;
     }
     const bool converts = *format != ops::DType::Q8_0;
+    // Q4_1 and Q5_1 prefill (from 64 tokens) on the k-quant GEMM over expanded rows: its µs per token too.
+    const bool expands = has_expanded_kquant(*format);
+    const char* extra = expands ? "   conv  batch/t  xgemm/t (expand)" : converts ? "   conv  batch/t" : "";
     fmt::print("{:<18} {:>9} {:>8} {:>6} | {:>9} {:>8} {:>7}{} | {:>9} {:>8} {:>7}{}\n", "shape", "gemv us", "GB/s",
-               "%bw", "n32 us/t", "GOP/s", "vs gemv", converts ? "   conv  batch/t" : "", "n512 us/t", "GOP/s",
-               "vs gemv", converts ? "   conv  batch/t" : "");
+               "%bw", "n32 us/t", "GOP/s", "vs gemv", extra, "n512 us/t", "GOP/s", "vs gemv", extra);
     for (const Shape& s : shapes) {
       if (std::string(s.name).find(only) == std::string::npos) continue;
       if (s.k % ops::row(*format).block_elems != 0) {
@@ -643,7 +645,7 @@ int main(int argc, char** argv) {
       // Prefill of a converted format: each thread converts its rows, one
       // 96-row task at a time (the m48n4 tile's multiple), into a scratch
       // that stays in L2, from the cold native copy; once per token task.
-      // (Q4_1 and Q5_1 have no exact conversion: their prefill is the batch kernel.)
+      // (Q4_1 and Q5_1 have no exact conversion: their prefill is the k-quant GEMM, below.)
       double t_convert = 0;
       if (converts && converts_exactly_to_q8_0(*format)) {
         const int64_t kb = s.k / 32, mult = s.epilogue == Epilogue::SiluMul ? 2 : 1, groups = (s.m + 15) / 16;
@@ -689,9 +691,26 @@ int main(int argc, char** argv) {
               time_matmul(pool, batch_kernel.fn(), native, s, x, y, bias, ns[i], tokens_per_task, window) /
               double(ns[i]);
       }
+      // Q4_1, Q5_1: the schedule's k-quant GEMM, each task (rows a multiple of its
+      // tile, as the runtime's) expanding its rows of the cold native copy.
+      double xgemm_per_token[2] = {0, 0}, expand_per_token[2] = {0, 0};
+      if (expands) {
+        const KernelId xgemm = passes::prefill_kernel(isa, s.epilogue, *format);
+        const int64_t task_rows = std::max<int64_t>(xgemm.tile_m, (64 + xgemm.tile_m - 1) / xgemm.tile_m * xgemm.tile_m);
+        JitKernel xgemm_kernel(isa, xgemm);
+        for (int i = 0; i < 2; ++i) {
+          xgemm_per_token[i] = time_expanded_gemm(pool, xgemm_kernel.fn(), *format, native, s, x, y, bias, ns[i],
+                                                  task_rows, window) /
+                               double(ns[i]);
+          expand_per_token[i] =
+              time_expanded_gemm(pool, nullptr, *format, native, s, x, y, bias, ns[i], task_rows, window) / double(ns[i]);
+        }
+      }
       auto share = [&](int i) {
-        return converts ? fmt::format(" {:>5.1f}% {:>8.2f}", 100 * conv_share[i], batch_per_token[i] * 1e6)
-                        : std::string();
+        std::string cells =
+            converts ? fmt::format(" {:>5.1f}% {:>8.2f}", 100 * conv_share[i], batch_per_token[i] * 1e6) : std::string();
+        if (expands) cells += fmt::format(" {:>8.2f} ({:.2f})", xgemm_per_token[i] * 1e6, expand_per_token[i] * 1e6);
+        return cells;
       };
       fmt::print("{:<18} {:>9.1f} {:>8.1f} {:>5.0f}% | {:>9.2f} {:>8.0f} {:>6.3f}x{} | {:>9.2f} {:>8.0f} {:>6.3f}x{}\n",
                  s.name, t_gemv * 1e6, gbs, 100 * gbs / bw_pass, per_token[0] * 1e6, gops[0], per_token[0] / t_gemv,

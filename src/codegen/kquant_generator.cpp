@@ -25,6 +25,9 @@
 // products and the fp32 factors (d * sc, (dmin * m) * (1/128), Q6_K's sc * d)
 // as the stage above computes them, so the same operations in the same order
 // give the same bits without the unpacking and scale set-up per token tile.
+// Q4_1 and Q5_1 (d * q + m) expand to Q4_K's two terms: factors d and
+// m * (-1/128), their GEMV's (matmul_generator.cpp) fp32 stage; being
+// 32-wide, their GEMM takes any k_blocks.
 #include <xbyak/xbyak.h>
 
 #include <algorithm>
@@ -86,9 +89,13 @@ class KQuantGenerator : public CodeGenerator {
     facc_mem_ = shape.fp32_acc_in_memory;
     expanded_ = shape.expanded;
     x_regs_ = expanded_ && temp_base() + kTemps + int(shape.tokens) <= (zmm_ ? 32 : 16);
-    header_ = int(packed_kquant_header_bytes(type));
-    sub_ = int(packed_kquant_sub_bytes(type));
-    super_ = int(packed_kquant_super_bytes(type));
+    kquant_ = has_packed_kquant(type);
+    LUMEN_ASSERT(kquant_ || expanded_, "only the GEMM over expanded rows takes a 32-wide type");
+    if (kquant_) {
+      header_ = int(packed_kquant_header_bytes(type));
+      sub_ = int(packed_kquant_sub_bytes(type));
+      super_ = int(packed_kquant_super_bytes(type));
+    }
     LUMEN_ASSERT(tile_ok(isa, type, shape.groups * mult_, shape.tokens, facc_mem_),
                  "k-quant kernel shape does not fit the register file");
     generate();
@@ -139,8 +146,11 @@ class KQuantGenerator : public CodeGenerator {
     cmp(qword[args_ + kArgNTokens], 0);
     jle(done, T_NEAR);
     // k-quant weights exist only for K % 256 == 0: anything else writes nothing.
-    test(byte[args_ + kArgKBlocks], kKQuantSubBlocks - 1);
-    jnz(done, T_NEAR);
+    // (The expanded GEMM walks one 32-block at a time: Q4_1/Q5_1 take any K.)
+    if (kquant_) {
+      test(byte[args_ + kArgKBlocks], kKQuantSubBlocks - 1);
+      jnz(done, T_NEAR);
+    }
     add(rax, 15);
     shr(rax, 4);
     mov(qword[rsp + kGroupsTotal], rax);
@@ -691,14 +701,16 @@ class KQuantGenerator : public CodeGenerator {
   KQuantShape shape_;
   bool zmm_ = true;
   int halves_ = 1, mult_ = 1, nsub_ = 1;
-  bool facc_mem_ = false, expanded_ = false, x_regs_ = false;
+  bool facc_mem_ = false, expanded_ = false, x_regs_ = false, kquant_ = true;
   int header_ = 0, sub_ = 0, super_ = 0;
   Label consts_, row_masks_;
 };
 
 }  // namespace
 
-bool is_kquant_kernel(const program::KernelId& kernel) { return has_packed_kquant(kernel.weight); }
+bool is_kquant_kernel(const program::KernelId& kernel) {
+  return has_packed_kquant(kernel.weight) || (kernel.kind == KernelKind::Gemm && has_expanded_kquant(kernel.weight));
+}
 
 KQuantShape kquant_kernel_shape(Isa isa, const program::KernelId& kernel) {
   LUMEN_ASSERT(is_kquant_kernel(kernel), "no k-quant kernel " + program::to_string(kernel));

@@ -68,12 +68,12 @@ std::vector<ops::DType> packed_formats(const ir::Module& m, const ir::Op& op, Is
 // each: m32n3 on AVX-512.
 program::KernelId prefill_kernel(Isa target, program::Epilogue e, ops::DType format) {
   const int64_t mult = e == program::Epilogue::SiluMul ? 2 : 1;
-  // The k-quants run their own GEMM on each task's rows expanded to u8 quants
-  // and fp32 factors (packed_kquant.h): the tile of the most groups x tokens
+  // The k-quants, Q4_1 and Q5_1 run the k-quant GEMM on each task's rows
+  // expanded to u8 quants and fp32 factors (packed_kquant.h): the tile of the most groups x tokens
   // within kKQuantTileM x kKQuantTileN, more tokens on a tie, fp32
   // accumulators in registers where the ISA has room for a tile of
   // kKQuantMinTokens tokens (docs/kernels.md).
-  if (has_packed_kquant(format)) {
+  if (has_expanded_kquant(format)) {
     const int64_t int_accs = kquant_int_accumulators(format);
     const bool in_memory = !kquant_tile_fits(target, mult, kKQuantMinTokens, int_accs, false);
     int64_t best_groups = 1, best_tokens = 1;
@@ -89,8 +89,9 @@ program::KernelId prefill_kernel(Isa target, program::Epilogue e, ops::DType for
     }
     return program::KernelId::gemm(e, best_groups * kPackRows, best_tokens, format);
   }
-  // Q4_0 and Q5_0 run the Q8_0 GEMM on each task's rows converted to Q8_0
-  // (exactly: each row keeps the GEMV's bits).
+  // Q4_0, Q5_0 and IQ4_NL run the Q8_0 GEMM on each task's rows converted to
+  // Q8_0 (exactly: each row keeps the GEMV's bits); IQ4_XS, with neither
+  // form, its batch kernel.
   if (format != ops::DType::Q8_0 && !converts_exactly_to_q8_0(format)) return program::KernelId::batch(e, format);
   int64_t best_groups = 1, best_tokens = 1;
   for (int64_t groups = 1; groups <= kTileM / kPackRows; ++groups) {

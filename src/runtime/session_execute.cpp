@@ -48,7 +48,7 @@ void Session::Impl::run_matmul(const ROp& r, const ROp::MatMulKernel& k, const P
     if (k.convert_from != DType::Q8_0) {
       const int64_t groups = (args.m_rows + group - 1) / group * halves;
       PageBuffer& converted = scratch[static_cast<size_t>(thread)].weights;
-      const bool kquant = has_packed_kquant(k.convert_from);  // expanded for the k-quant GEMM
+      const bool kquant = has_expanded_kquant(k.convert_from);  // expanded for the k-quant GEMM
       const auto need =
           static_cast<size_t>(groups * args.k_blocks * (kquant ? kExpandedKQuantBlockBytes : kPackedBlockBytes));
       if (converted.size() < need) converted = PageBuffer(need);

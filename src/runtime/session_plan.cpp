@@ -279,11 +279,11 @@ void Session::Impl::choose_kernel(ROp& r, Section s, size_t i, int64_t rows) con
   for (const program::MatMulKernels& f : op.schedule.formats) {
     program::KernelId id = rows == 1 ? f.decode_kernel : batch ? f.batch_kernel : f.prefill_kernel;
     // A GEMM that does not read the set's packed weights as they are (Q8_0
-    // converted from Q4_0/Q5_0, a k-quant's expanded blocks) converts once
+    // converted from Q4_0/Q5_0, a k-quant's or Q4_1's expanded blocks) converts once
     // per task: below kConvertedGemmMinTokens the batch kernel is faster
     // (docs/kernels.md). Both give every row the GEMV's bits.
     auto converts = [&f](const program::KernelId& k) {
-      return k.kind == program::KernelKind::Gemm && (k.weight != f.format || has_packed_kquant(k.weight));
+      return k.kind == program::KernelKind::Gemm && (k.weight != f.format || has_expanded_kquant(k.weight));
     };
     if (converts(id) && rows < kConvertedGemmMinTokens) id = f.batch_kernel;
     const bool converted = converts(id);

@@ -5,6 +5,8 @@
 // consecutive k of 16 rows.
 #include "lumen/target/packed_kquant.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
@@ -13,6 +15,8 @@
 
 #include "lumen/common/numeric.h"
 #include "lumen/quant/blocks.h"
+#include "lumen/target/isa.h"
+#include "lumen/target/packed_4bit.h"
 
 namespace lumen {
 namespace {
@@ -153,6 +157,67 @@ void pack_group_q6k(const quant::BlockQ6_K* rows, int64_t n_rows, int64_t supers
   }
 }
 
+// The 16 fp16 values at h (a group's d, dmin or m, row r at 2r) as fp32,
+// exactly: vcvtph2ps where the CPU has F16C (every CPU the kernels run on),
+// since a call per value cost most of a Q4_1 expansion.
+__attribute__((target("avx,f16c"))) void widen16_f16c(const uint8_t* h, float* out) {
+  _mm256_storeu_ps(out, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h))));
+  _mm256_storeu_ps(out + 8, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 16))));
+}
+void widen16(const uint8_t* h, float* out) {
+  static const bool f16c = (cpu_features() & kCpuF16c) != 0;
+  if (f16c) return widen16_f16c(h, out);
+  for (int r = 0; r < kRows; ++r) {
+    uint16_t v;
+    std::memcpy(&v, h + 2 * r, 2);
+    out[r] = f16_to_f32(v);
+  }
+}
+
+// The expanded q of 4 quant vectors (k0 .. k0 + 31 of 16 rows): vector 2v is
+// the low nibbles of packed vector v, 2v + 1 its high ones.
+void expand_nibbles(const uint8_t* vectors, uint8_t* e) {
+  for (int v = 0; v < 4; ++v) {
+    for (int x = 0; x < 64; ++x) {
+      const uint8_t p = vectors[64 * v + x];
+      e[64 * (2 * v) + x] = p & 0xF;
+      e[64 * (2 * v + 1) + x] = p >> 4;
+    }
+  }
+}
+
+// Q4_1 and Q5_1 (packed_4bit.h): `blocks` consecutive packed 32-blocks (of
+// any groups; each block stands alone) to expanded ones. The factors are the
+// GEMV's (matmul_generator.cpp): float(d), and float(m) * (-1/128) for
+// fma(., float(ActBlock::sum) * dx, acc).
+void expand_q4_1_q5_1(DType t, const uint8_t* src, int64_t blocks, uint8_t* dst) {
+  const int64_t block_bytes = t == DType::Q4_1 ? kPackedQ4_1BlockBytes : kPackedQ5_1BlockBytes;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* p = src + b * block_bytes;
+    uint8_t* e = dst + b * kExpandedKQuantBlockBytes;
+    expand_nibbles(p + kPackedNibbleOffset, e);
+    if (t == DType::Q5_1) {  // vector e is 4-k step e: bit 4r + i of its qword is byte 4r + i's fifth bit
+      for (int v = 0; v < 8; ++v) {
+        for (int x = 0; x < 64; x += 8) {
+          // The 8 bits of one mask byte to 16 or 0 in 8 bytes (a bit loop cost a quarter of Q5_1's GEMM).
+          uint64_t bits = uint64_t(p[kPackedHighBitOffset + 8 * v + x / 8]) * 0x0101010101010101ull;
+          bits &= 0x8040201008040201ull;                                           // byte i keeps bit i
+          bits = ((bits + 0x7F7F7F7F7F7F7F7Full) >> 7 & 0x0101010101010101ull) << 4;  // no carry leaves a byte
+          uint64_t q;
+          std::memcpy(&q, e + 64 * v + x, 8);
+          q |= bits;
+          std::memcpy(e + 64 * v + x, &q, 8);
+        }
+      }
+    }
+    float f[2][kRows];
+    widen16(p, f[0]);
+    widen16(p + block_bytes - kPackedScaleBytes, f[1]);
+    for (float& m : f[1]) m *= -1.0f / 128.0f;
+    std::memcpy(e + kExpandedKQuantFactors, f, sizeof(f));
+  }
+}
+
 const uint8_t* super_block(const uint8_t* group, DType t, int64_t sb) {
   return group + sb * packed_kquant_super_bytes(t);
 }
@@ -160,6 +225,8 @@ const uint8_t* super_block(const uint8_t* group, DType t, int64_t sb) {
 }  // namespace
 
 bool has_packed_kquant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
+
+bool has_expanded_kquant(DType t) { return has_packed_kquant(t) || t == DType::Q4_1 || t == DType::Q5_1; }
 
 int64_t packed_kquant_header_bytes(DType t) {
   check_type(t, "packed_kquant_header_bytes");
@@ -204,25 +271,24 @@ void pack_kquant(DType t, const void* src, int64_t rows, int64_t k, uint8_t* out
 }
 
 void expand_kquant(DType t, const uint8_t* src, int64_t groups, int64_t k_blocks, uint8_t* dst) {
-  check_type(t, "expand_kquant");
-  if (k_blocks <= 0 || k_blocks % kKQuantSubBlocks != 0)
-    throw std::invalid_argument("expand_kquant: k_blocks must be a positive multiple of 8");
+  if (!has_expanded_kquant(t))
+    throw std::invalid_argument(std::string("expand_kquant: no expanded layout for ") + ops::row(t).name);
+  if (k_blocks <= 0 || (has_packed_kquant(t) && k_blocks % kKQuantSubBlocks != 0))
+    throw std::invalid_argument(std::string("expand_kquant: ") + ops::row(t).name + " needs k_blocks " +
+                                (has_packed_kquant(t) ? "a positive multiple of 8" : "positive"));
+  if (!has_packed_kquant(t)) return expand_q4_1_q5_1(t, src, groups * k_blocks, dst);
   const int64_t supers = k_blocks / kKQuantSubBlocks, super_bytes = packed_kquant_super_bytes(t);
   const int64_t header = packed_kquant_header_bytes(t), sub_bytes = packed_kquant_sub_bytes(t);
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t sb = 0; sb < supers; ++sb) {
       const uint8_t* s = src + (g * supers + sb) * super_bytes;
+      float d[kRows], dmin[kRows];
+      widen16(s, d);
+      if (t != DType::Q6_K) widen16(s + 32, dmin);
       for (int j = 0; j < kKQuantSubBlocks; ++j) {
         const uint8_t* sub = s + header + j * sub_bytes;
         uint8_t* e = dst + ((g * supers + sb) * kKQuantSubBlocks + j) * kExpandedKQuantBlockBytes;
-        // Vector 2v is the low nibbles of packed vector v, 2v + 1 its high ones.
-        for (int v = 0; v < 4; ++v) {
-          for (int x = 0; x < 64; ++x) {
-            const uint8_t p = sub[32 + 64 * v + x];
-            e[64 * (2 * v) + x] = p & 0xF;
-            e[64 * (2 * v + 1) + x] = p >> 4;
-          }
-        }
+        expand_nibbles(sub + 32, e);
         if (t == DType::Q5_K) {  // fifth bit of vector e at bit e
           for (int v = 0; v < 8; ++v)
             for (int x = 0; x < 64; ++x) e[64 * v + x] |= uint8_t(((sub[kKQuantHighBits + x] >> v) & 1) << 4);
@@ -233,16 +299,12 @@ void expand_kquant(DType t, const uint8_t* src, int64_t groups, int64_t k_blocks
         }
         float f[2][kRows];
         for (int r = 0; r < kRows; ++r) {
-          uint16_t d;
-          std::memcpy(&d, s + 2 * r, 2);
           if (t == DType::Q6_K) {
-            f[0][r] = float(int8_t(sub[r])) * f16_to_f32(d);
-            f[1][r] = float(int8_t(sub[16 + r])) * f16_to_f32(d);
+            f[0][r] = float(int8_t(sub[r])) * d[r];
+            f[1][r] = float(int8_t(sub[16 + r])) * d[r];
           } else {
-            uint16_t dmin;
-            std::memcpy(&dmin, s + 32 + 2 * r, 2);
-            f[0][r] = f16_to_f32(d) * float(sub[r]);
-            f[1][r] = (f16_to_f32(dmin) * float(sub[16 + r])) * (1.0f / 128.0f);
+            f[0][r] = d[r] * float(sub[r]);
+            f[1][r] = (dmin[r] * float(sub[16 + r])) * (1.0f / 128.0f);
           }
         }
         std::memcpy(e + kExpandedKQuantFactors, f, sizeof(f));

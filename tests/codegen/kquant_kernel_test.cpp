@@ -4,6 +4,8 @@
 // and against the packed-layout oracle (bit for bit, the fp32 stage being the
 // same), on random blocks with finite scales, for every ISA this CPU runs and
 // every epilogue; the batch kernel's row of each token equals the GEMV's.
+// The prefill GEMM over expanded rows runs Q4_1 and Q5_1 too (their GEMV and
+// batch kernels are matmul_generator.cpp's): each GEMM row is their GEMV's.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -22,6 +24,7 @@
 #include "lumen/codegen/kquant_kernel.h"
 #include "lumen/passes/passes.h"
 #include "lumen/quant/blocks.h"
+#include "lumen/quant/quant.h"
 #include "lumen/target/weight_formats.h"
 #include "lumen/target/act_quant.h"
 #include "lumen/target/packed_kquant.h"
@@ -37,6 +40,8 @@ constexpr uint32_t kPoisonBits = 0x7FC0DEADu;
 const Epilogue kAllEpilogues[] = {Epilogue::None, Epilogue::Bias, Epilogue::Residual, Epilogue::BiasResidual,
                                   Epilogue::SiluMul};
 const DType kTypes[] = {DType::Q4_K, DType::Q5_K, DType::Q6_K};
+// The 32-wide types the k-quant GEMM runs on expanded rows (has_expanded_kquant).
+const DType kExpanded32Types[] = {DType::Q4_1, DType::Q5_1};
 
 std::vector<Isa> runnable_isas() {
   std::vector<Isa> isas;
@@ -129,7 +134,7 @@ void dequant_q6k(const quant::BlockQ6_K& b, float* y) {
 
 // rows x k of random blocks of type t: random bytes, finite scales.
 std::vector<uint8_t> random_blocks(DType t, int64_t rows, int64_t k, std::mt19937& rng) {
-  const int64_t nb = rows * k / 256, bytes = ops::row(t).block_bytes;
+  const int64_t nb = rows * k / ops::row(t).block_elems, bytes = ops::row(t).block_bytes;
   std::vector<uint8_t> data(nb * bytes);
   std::uniform_int_distribution<int> byte(0, 255);
   for (auto& b : data) b = uint8_t(byte(rng));
@@ -137,7 +142,7 @@ std::vector<uint8_t> random_blocks(DType t, int64_t rows, int64_t k, std::mt1993
   for (int64_t i = 0; i < nb; ++i) {
     uint8_t* blk = data.data() + i * bytes;
     if (t != DType::Q6_K) {
-      // d and dmin open Q4_K and Q5_K blocks.
+      // d and dmin (Q4_1, Q5_1: d and m) open Q4_K, Q5_K, Q4_1 and Q5_1 blocks.
       const uint16_t d = f32_to_f16(scale(rng)), dmin = f32_to_f16(scale(rng));
       std::memcpy(blk, &d, 2);
       std::memcpy(blk + 2, &dmin, 2);
@@ -150,6 +155,10 @@ std::vector<uint8_t> random_blocks(DType t, int64_t rows, int64_t k, std::mt1993
 
 std::vector<float> dequantize(DType t, const std::vector<uint8_t>& blocks, int64_t rows, int64_t k) {
   std::vector<float> w(rows * k);
+  if (!has_packed_kquant(t)) {  // Q4_1, Q5_1: the library's (ggml's) dequantizer
+    quant::dequantize_row(t, blocks.data(), w.data(), rows * k);
+    return w;
+  }
   for (int64_t i = 0; i < rows * k / 256; ++i) {
     if (t == DType::Q4_K) {
       dequant_q4k(reinterpret_cast<const quant::BlockQ4_K*>(blocks.data())[i], w.data() + 256 * i);
@@ -179,7 +188,7 @@ struct Data {
   std::vector<float> bias, residual;
   std::vector<float> exact;  // float64 dequantize-then-dot, per (token, row), before the epilogue
   std::vector<float> bound;  // the tolerance of each
-  std::vector<float> oracle; // reference_kquant_matmul, y layout
+  std::vector<float> oracle; // reference_kquant_matmul, y layout (k-quants; Q4_1, Q5_1: empty)
 };
 
 Data make_data(const Case& c, std::mt19937& rng) {
@@ -187,11 +196,12 @@ Data make_data(const Case& c, std::mt19937& rng) {
   const bool silu = c.epi == Epilogue::SiluMul;
   const auto w = random_blocks(c.type, c.m, c.k, rng);
   const auto u = silu ? random_blocks(c.type, c.m, c.k, rng) : std::vector<uint8_t>{};
-  d.packed.resize((silu ? 2 : 1) * packed_kquant_bytes(c.type, c.m, c.k));
+  d.packed.resize((silu ? 2 : 1) * packed_bytes(c.type, c.m, c.k));
+  // The layouts are the same on every ISA.
   if (silu) {
-    pack_gate_up_rows(c.type, Isa::Avx2, w.data(), u.data(), c.m, c.k, d.packed.data());  // the layout is the same on every ISA
+    pack_gate_up_rows(c.type, Isa::Avx2, w.data(), u.data(), c.m, c.k, d.packed.data());
   } else {
-    pack_kquant(c.type, w.data(), c.m, c.k, d.packed.data(), 0);
+    pack_rows(c.type, Isa::Avx2, w.data(), c.m, c.k, d.packed.data(), 0);
   }
   std::normal_distribution<float> normal(0.0f, 1.0f);
   d.x.resize(c.max_n * c.x_stride());
@@ -228,10 +238,12 @@ Data make_data(const Case& c, std::mt19937& rng) {
       d.bound[n * c.m * (silu ? 2 : 1) + r] = float(2e-5 * mag + 1e-6);
     }
   }
-  d.oracle.assign(c.max_n * c.y_stride(), std::bit_cast<float>(kPoisonBits));
-  MatMulArgs a{d.packed.data(), d.x.data(), d.oracle.data(), d.bias.data(), d.residual.data(), c.x_stride(),
-               c.y_stride(), c.r_stride(), c.k / 32, c.m, c.max_n};
-  reference_kquant_matmul(c.type, c.epi, a);
+  if (has_packed_kquant(c.type)) {
+    d.oracle.assign(c.max_n * c.y_stride(), std::bit_cast<float>(kPoisonBits));
+    MatMulArgs a{d.packed.data(), d.x.data(), d.oracle.data(), d.bias.data(), d.residual.data(), c.x_stride(),
+                 c.y_stride(), c.r_stride(), c.k / 32, c.m, c.max_n};
+    reference_kquant_matmul(c.type, c.epi, a);
+  }
   const int64_t groups = (c.m + 15) / 16 * (silu ? 2 : 1);
   d.expanded.resize(groups * c.k / 32 * kExpandedKQuantBlockBytes);
   expand_kquant(c.type, d.packed.data(), groups, c.k / 32, d.expanded.data());
@@ -276,7 +288,9 @@ void check(Isa isa, const Case& c, const Data& d, const KernelId& id, int64_t n_
         ASSERT_EQ(std::bit_cast<uint32_t>(got), kPoisonBits) << "write outside the output at n=" << n << " m=" << m;
         continue;
       }
-      const float want = d.oracle[n * c.y_stride() + m];
+      // Q4_1 and Q5_1 have no oracle here: their GEMV is checked against
+      // packed_4bit_kernel_test.cpp's, and run_case checks each GEMM row is the GEMV's.
+      const float want = d.oracle.empty() ? got : d.oracle[n * c.y_stride() + m];
       if (c.epi == Epilogue::SiluMul) {
         // The kernels' exp is within a few ulp of std::exp.
         EXPECT_NEAR(got, want, 1e-5 * std::fabs(want) + 1e-7) << "oracle at n=" << n << " m=" << m;
@@ -315,6 +329,7 @@ void run_case(const Case& c, std::mt19937& rng, const std::vector<int64_t>& ns, 
       const auto y = run(isa, c, d, gemv, n, 1);
       std::copy_n(y.begin() + n * c.y_stride(), c.y_stride(), per_token.begin() + n * c.y_stride());
     }
+    if (d.oracle.empty()) check(isa, c, d, gemv, c.max_n, per_token);  // the float64 check of the GEMV rows
     for (int64_t n : ns) {
       for (const KernelId& id : kernels_under_test(isa, c, gemm)) {
         const auto y = run(isa, c, d, id, 0, n);
@@ -360,6 +375,21 @@ TEST(KQuantKernels, GemmOverExpandedRowsIsTheGemvRowForRow) {
   }
 }
 
+// Q4_1 and Q5_1 prefill on the same GEMM: K of any block count (odd ones, and
+// Qwen2.5's 896, which the k-quants cannot have), odd M and N; each row is
+// the GEMV's (matmul_generator.cpp) bit for bit.
+TEST(KQuantKernels, Q4_1AndQ5_1GemmOverExpandedRowsIsTheGemvRowForRow) {
+  std::mt19937 rng(22);
+  for (DType t : kExpanded32Types) {
+    for (Epilogue e : kAllEpilogues) {
+      for (int64_t m : {1, 17, 33}) run_case({t, m, 96, e, 67}, rng, {9, 13, 67}, true);
+      run_case({t, 19, 224, e, 13}, rng, {13}, true);
+    }
+    run_case({t, 33, 896, Epilogue::Bias, 67}, rng, {9, 67}, true);
+    run_case({t, 17, 896, Epilogue::SiluMul, 13}, rng, {13}, true);
+  }
+}
+
 TEST(KQuantKernels, ExpandedLayoutIsThePackedValuesAndTheGemvFactors) {
   std::mt19937 rng(4);
   for (DType t : kTypes) {
@@ -391,9 +421,33 @@ TEST(KQuantKernels, ExpandedLayoutIsThePackedValuesAndTheGemvFactors) {
       }
     }
   }
+  // Q4_1, Q5_1: q, then float(d) and float(m) * (-1/128), of any block count.
+  for (DType t : kExpanded32Types) {
+    const int64_t rows = 19, k = 896, kb = k / 32;
+    const auto w = random_blocks(t, rows, k, rng);
+    std::vector<uint8_t> packed(packed_bytes(t, rows, k)), e(2 * kb * kExpandedKQuantBlockBytes);
+    pack_rows(t, Isa::Avx2, w.data(), rows, k, packed.data(), 0);
+    expand_kquant(t, packed.data(), 2, kb, e.data());
+    const int64_t group_bytes = kb * packed_block_bytes(t);
+    for (int64_t r = 0; r < 32; ++r) {
+      const uint8_t* g = packed.data() + (r / 16) * group_bytes;
+      for (int64_t b = 0; b < kb; ++b) {
+        const uint8_t* blk = e.data() + ((r / 16) * kb + b) * kExpandedKQuantBlockBytes;
+        for (int64_t i = 0; i < 32; ++i)
+          ASSERT_EQ(blk[64 * (i / 4) + 4 * (r % 16) + i % 4], packed_q(t, g, r % 16, 32 * b + i)) << ops::row(t).name;
+        float f0, f1;
+        std::memcpy(&f0, blk + kExpandedKQuantFactors + 4 * (r % 16), 4);
+        std::memcpy(&f1, blk + kExpandedKQuantFactors + 64 + 4 * (r % 16), 4);
+        EXPECT_EQ(f0, f16_to_f32(packed_4bit_scale(t, g, r % 16, b)));
+        EXPECT_EQ(f1, f16_to_f32(packed_4bit_min(t, g, r % 16, b)) * (-1.0f / 128.0f));
+      }
+    }
+  }
   std::vector<uint8_t> src(1 << 16), dst(1 << 16);
   EXPECT_THROW(expand_kquant(DType::Q6_K, src.data(), 1, 28, dst.data()), std::invalid_argument);
   EXPECT_THROW(expand_kquant(DType::Q8_0, src.data(), 1, 8, dst.data()), std::invalid_argument);
+  EXPECT_THROW(expand_kquant(DType::IQ4_XS, src.data(), 1, 8, dst.data()), std::invalid_argument);
+  EXPECT_THROW(expand_kquant(DType::Q4_1, src.data(), 1, 0, dst.data()), std::invalid_argument);
 }
 
 TEST(KQuantKernels, KNotAMultipleOf256IsRefused) {

@@ -482,11 +482,11 @@ TEST_F(Binding, EveryWeightTypeRunsAsItsValues) {
   }
 }
 
-// A k-quant prefill of 64 tokens (every k-quant matmul runs its GEMM on rows
-// expanded per task) gives the logits of the same prompt in chunks of 8 (the
-// batch kernel), bit for bit: each GEMM row is the GEMV's.
+// A k-quant, Q4_1 or Q5_1 prefill of 64 tokens (every matmul runs the k-quant
+// GEMM on rows expanded per task) gives the logits of the same prompt in
+// chunks of 8 (the batch kernel), bit for bit: each GEMM row is the GEMV's.
 TEST_F(Binding, KQuantPrefillGemmIsBitwiseTheBatchKernel) {
-  for (ops::DType t : {ops::DType::Q4_K, ops::DType::Q5_K, ops::DType::Q6_K}) {
+  for (ops::DType t : {ops::DType::Q4_K, ops::DType::Q5_K, ops::DType::Q6_K, ops::DType::Q4_1, ops::DType::Q5_1}) {
     SCOPED_TRACE(ops::row(t).name);
     const std::string path = synth_gguf(std::string("prefill_") + ops::row(t).name, of_type(t));
     const auto model = model_declaring(t);

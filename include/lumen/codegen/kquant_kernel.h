@@ -26,8 +26,9 @@ struct KQuantShape {
 };
 
 // Whether `kernel` is a k-quant kernel: its weight Q4_K, Q5_K or Q6_K, any
-// kind and epilogue; every ISA has them. A GEMV or batch kernel reads the
-// packed layout, a GEMM (prefill) the expanded one, with its id's tile.
+// kind and epilogue, or a GEMM of Q4_1 or Q5_1 (has_expanded_kquant); every
+// ISA has them. A GEMV or batch kernel reads the packed layout, a GEMM
+// (prefill) the expanded one, with its id's tile.
 // generate_matmul_kernel (codegen.h) generates these with the functions below.
 bool is_kquant_kernel(const program::KernelId& kernel);
 // The shape the generator uses; InternalError unless is_kquant_kernel.

@@ -145,7 +145,7 @@ struct KernelId {
   int64_t tile_n = kGemvTileN;  // Gemm: the register tile's tokens, in [1, 64]
   // The packed weight format the kernel streams (target/weight_formats.h):
   // one of kPackedFormats; a Gemm's is Q8_0 (Q4_0 and Q5_0 weights are
-  // converted to it per task) or a k-quant (each task expands its rows,
+  // converted to it per task) or a k-quant, Q4_1 or Q5_1 (each task expands its rows,
   // target/packed_kquant.h expand_kquant, and the GEMM reads those).
   DType weight = DType::Q8_0;
 

@@ -30,15 +30,16 @@
 // Padding rows (past the matrix, up to the group) are all zero.
 //
 // The expanded layout (the k-quant GEMM's, made per prefill task from the
-// packed one by expand_kquant; the same for the three types and every ISA):
-// a group of K columns holds K/32 blocks of kExpandedKQuantBlockBytes, in k
-// order. Block b (k0 = 32b):
-//   [0, 512) 8 vectors of u8 q (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63), vector e
-//     holding q of row r, k = k0 + 4e + i at byte 4r + i;
+// packed one by expand_kquant; the same for every type it holds and every
+// ISA): a group of K columns holds K/32 blocks of kExpandedKQuantBlockBytes,
+// in k order. Block b (k0 = 32b):
+//   [0, 512) 8 vectors of u8 q (Q4_K, Q4_1 0..15, Q5_K, Q5_1 0..31, Q6_K
+//     0..63), vector e holding q of row r, k = k0 + 4e + i at byte 4r + i;
 //   [512, 640) two vectors of 16 fp32 factors, row r at 4r, each computed as
 //     the GEMV computes it: Q4_K, Q5_K float(d) * float(sc), then
 //     (float(dmin) * float(m)) * (1/128); Q6_K float(sc_s) * float(d) for the
-//     16-blocks s = 0, 1.
+//     16-blocks s = 0, 1; Q4_1, Q5_1 (packed_4bit.h, d * q + m: Q4_K's two
+//     terms with one scale per 32) float(d), then float(m) * (-1/128).
 #pragma once
 
 #include <cstdint>
@@ -62,6 +63,10 @@ inline constexpr int64_t kquant_int_accumulators(ops::DType t) { return t == ops
 
 // Whether t has a packed k-quant layout (Q4_K, Q5_K, Q6_K).
 bool has_packed_kquant(ops::DType t);
+// Whether the prefill GEMM of packed format t reads the expanded layout
+// (the k-quant GEMM, gemm.<t>.*): the k-quants, and Q4_1 and Q5_1, whose
+// min keeps them from an exact Q8_0 form.
+bool has_expanded_kquant(ops::DType t);
 // Bytes of one super-block of one 16-row group: 2368 (Q4_K), 2880 (Q5_K), 3360 (Q6_K).
 int64_t packed_kquant_super_bytes(ops::DType t);
 int64_t packed_kquant_header_bytes(ops::DType t);
@@ -73,9 +78,9 @@ int64_t packed_kquant_bytes(ops::DType t, int64_t rows, int64_t k);
 // group `first_group` of `out`.
 void pack_kquant(ops::DType t, const void* src, int64_t rows, int64_t k, uint8_t* out, int64_t first_group);
 
-// Expands `groups` consecutive packed groups of type t (K = 32 * k_blocks,
-// k_blocks % 8 == 0) at `src` into the expanded layout at `dst`
-// (groups * k_blocks * kExpandedKQuantBlockBytes bytes).
+// Expands `groups` consecutive packed groups of type t (has_expanded_kquant;
+// K = 32 * k_blocks, k_blocks % 8 == 0 for the k-quants) at `src` into the
+// expanded layout at `dst` (groups * k_blocks * kExpandedKQuantBlockBytes bytes).
 void expand_kquant(ops::DType t, const uint8_t* src, int64_t groups, int64_t k_blocks, uint8_t* dst);
 
 // Reference decoding of one packed group (the scalar oracle reads these).
