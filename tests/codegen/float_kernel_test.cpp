@@ -300,6 +300,22 @@ TEST(FloatKernels, PackedLayoutIsTheRowsAtNoExtraBytes) {
   EXPECT_THROW((void)packed_bytes(DType::F16, 1, 48), std::invalid_argument);
 }
 
+// The type rule, stated in weight_formats.h: float formats read f32, the
+// others act_q8; under act_q8 (a matmul with quantized layers too) float
+// weights run as Q8_0, other types as before.
+TEST(FloatKernels, TypeRuleOfTheMatmulInput) {
+  for (DType f : kFormats) {
+    EXPECT_EQ(packed_format(f, Isa::Avx2), f);
+    EXPECT_EQ(matmul_input_dtype(f), DType::F32);
+    EXPECT_EQ(packed_format(f, Isa::Avx2, DType::F32), f);
+    EXPECT_EQ(packed_format(f, Isa::Avx2, DType::ActQ8), DType::Q8_0);
+  }
+  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q2_K}) {
+    EXPECT_EQ(matmul_input_dtype(packed_format(t, Isa::Avx2)), DType::ActQ8);
+    EXPECT_EQ(packed_format(t, Isa::Avx2, DType::ActQ8), packed_format(t, Isa::Avx2));
+  }
+}
+
 // The type rule (weight_formats.h matmul_input_dtype): the kernels read the
 // f32 activations, not ggml's (fp16-rounded for F16 weights, bf16 for BF16),
 // because that is closer to a float64 dot of the same weights: measured here
