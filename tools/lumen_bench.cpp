@@ -81,6 +81,7 @@ void mean_sd(Row& r) {
 struct MatmulWeight {
   const lumen::gguf::TensorInfo* tensor;
   bool last_only;
+  lumen::ops::DType input;  // its matmul's input (act_q8, or f32 for float weights)
 };
 
 std::vector<MatmulWeight> matmul_weights(const Session& s) {
@@ -88,12 +89,15 @@ std::vector<MatmulWeight> matmul_weights(const Session& s) {
   const auto& g = s.gguf();
   std::vector<MatmulWeight> out;
   std::set<const lumen::gguf::TensorInfo*> seen;
+  lumen::ops::DType input = lumen::ops::DType::ActQ8;
   auto add = [&](const lumen::gguf::TensorInfo* t, bool last_only) {
-    if (t != nullptr && seen.insert(t).second) out.push_back(MatmulWeight{t, last_only});
+    if (t != nullptr && seen.insert(t).second) out.push_back(MatmulWeight{t, last_only, input});
   };
   for (const auto* ops : {&prog.pre, &prog.layer, &prog.post})
     for (const auto& op : *ops) {
       if (op.kind != lumen::ops::OpId::MatMul) continue;
+      input = op.inputs.empty() || op.inputs[0].buffer < 0 ? lumen::ops::DType::ActQ8
+                                                           : prog.buffers[size_t(op.inputs[0].buffer)].dtype;
       for (int wi : op.weights) {
         const auto& w = prog.weights[size_t(wi)];
         if (!w.per_layer) {
@@ -349,7 +353,7 @@ int main(int argc, char** argv) {
             const std::optional<lumen::ops::DType> t = lumen::ops::dtype_of_ggml(uint32_t(m.tensor->type));
             if (!t) continue;  // the binding refused such a file already
             types.push_back(*t);
-            formats.push_back(lumen::packed_format(*t, model->isa));
+            formats.push_back(lumen::packed_format(*t, model->isa, m.input));
           }
           weights = fmt::format("{} file; matmul weights {}, packed as {} ({})", file_type_name(s.gguf()),
                                 type_counts(types), type_counts(formats),

@@ -4,11 +4,13 @@
 // runtime does; the measured read bandwidth is printed beside them. With
 // --format q4_0|q5_0 the GEMV streams that packed format, and the GEMM columns
 // run the Q8_0 GEMM on the rows converted from it, with the conversion's
-// share of the prefill time.
+// share of the prefill time. With --format f16|bf16|f32 it prints the float
+// kernels' table: GEMV GB/s, the batch kernel at N = 8, prefill tiles.
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <bit>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -21,6 +23,7 @@
 #include <optional>
 #include <random>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "lumen/codegen/codegen.h"
@@ -207,6 +210,44 @@ Weights make_weights(Isa isa, const Shape& s, int64_t min_total_bytes, ops::DTyp
   return w;
 }
 
+// Float weights (--format f16, bf16, f32): normal values, packed as the
+// float kernels read them.
+Weights make_float_weights(ops::DType t, const Shape& s, int64_t min_total_bytes) {
+  const int64_t rows = s.epilogue == Epilogue::SiluMul ? 2 * s.m : s.m, e = float_element_bytes(t);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  std::vector<uint8_t> src(size_t(rows * s.k * e));
+  for (int64_t i = 0; i < rows * s.k; ++i) {
+    const float v = normal(rng);
+    const uint16_t h = t == ops::DType::F16 ? f32_to_f16(v) : uint16_t(std::bit_cast<uint32_t>(v) >> 16);
+    if (t == ops::DType::F32) {
+      std::memcpy(&src[size_t(4 * i)], &v, 4);
+    } else {
+      std::memcpy(&src[size_t(2 * i)], &h, 2);
+    }
+  }
+  Weights w;
+  w.block_bytes = packed_block_bytes(t);
+  w.group_bytes = s.k / 32 * w.block_bytes;
+  w.bytes = packed_bytes(t, rows, s.k);
+  w.copies = std::max<int64_t>(1, (min_total_bytes + w.bytes - 1) / w.bytes);
+  w.stride = (w.bytes + 4095) / 4096 * 4096;
+  w.pages = PageBuffer(static_cast<size_t>(w.copies * w.stride), PageBuffer::Pages::Huge);
+  for (int64_t c = 0; c < w.copies; ++c) {
+    uint8_t* packed = w.pages.data() + c * w.stride;
+    std::memset(packed, 0, static_cast<size_t>(w.bytes));  // page faults are not packing time
+    const auto t0 = std::chrono::steady_clock::now();
+    if (s.epilogue == Epilogue::SiluMul) {
+      pack_gate_up_rows(t, Isa::Avx2, src.data(), src.data() + s.m * s.k * e, s.m, s.k, packed);
+    } else {
+      pack_rows(t, Isa::Avx2, src.data(), s.m, s.k, packed, 0);
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    w.pack_gbs = std::max(w.pack_gbs, double(w.bytes) / secs / 1e9);
+  }
+  return w;
+}
+
 // Seconds per call: best of `samples` timings, each over enough calls to last
 // `window` seconds. The window decides what a GEMV measures: over 0.3 ms
 // windows the down GEMV read 54 GB/s on a host whose sustained rate was
@@ -253,7 +294,9 @@ double time_calls(const std::function<void(int64_t)>& call, double window, int s
 // than ~1 ms is timed one row slice at a time (rotating over the slices and
 // weight copies) and scaled up: on a shared machine long timings are always
 // preempted, short ones often are not.
-double time_matmul(SpinPool& pool, MatMulFn fn, const Weights& w, const Shape& s, const std::vector<ActBlock>& x,
+// X is ActBlock (act_q8 activations) or float (the float formats' f32 rows).
+template <class X>
+double time_matmul(SpinPool& pool, MatMulFn fn, const Weights& w, const Shape& s, const std::vector<X>& x,
                    std::vector<float>& y, const std::vector<float>& bias, int64_t n, int64_t tokens_per_task,
                    double window) {
   const int64_t kb = s.k / 32;
@@ -270,11 +313,16 @@ double time_matmul(SpinPool& pool, MatMulFn fn, const Weights& w, const Shape& s
       for (int64_t t0 = 0; t0 < n; t0 += tokens_per_task) {
         MatMulArgs a{};
         a.w = base + g0 * mult * w.group_bytes;
-        a.x = x.data() + t0 * kb;
+        if constexpr (std::is_same_v<X, float>) {
+          a.x_f32 = x.data() + t0 * s.k;
+          a.x_stride = s.k;
+        } else {
+          a.x = x.data() + t0 * kb;
+          a.x_stride = kb;
+        }
         a.y = y.data() + t0 * s.m + g0 * 16;
         a.bias = bias.data() + g0 * 16;
         a.residual = y.data() + t0 * s.m + g0 * 16;
-        a.x_stride = kb;
         a.y_stride = s.m;
         a.r_stride = s.m;
         a.k_blocks = kb;
@@ -379,7 +427,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.01, 10000.0));
   app.add_option("--cold-bytes", cold_bytes, "weight bytes cycled through per shape (beyond the caches)");
   app.add_option("--format", format_name,
-                 "packed weight format: q8_0, q4_0, q5_0, q4_1, q5_1, iq4_nl or iq4_xs (the table only); q4_k, q5_k or q6_k "
+                 "packed weight format: q8_0, q4_0, q5_0, q4_1, q5_1, iq4_nl or iq4_xs (the table only); f16, bf16 or f32 (their table); q4_k, q5_k or q6_k "
                  "(GEMV and batch kernels, K = 4864; then prefill per token at N = 512 against the Q8_0 GEMM, K = 4864, "
                  "1024, 2048)");
   std::string only;
@@ -429,7 +477,7 @@ int main(int argc, char** argv) {
   }
   const std::optional<ops::DType> format = ops::parse_dtype(format_name);
   if (!format || !is_packed_format(*format)) {
-    fmt::print(stderr, "lumen-bench-kernels: unknown --format '{}' (q8_0, q4_0, q5_0, q4_1, q5_1, iq4_nl, q4_k, q5_k, q6_k)\n", format_name);
+    fmt::print(stderr, "lumen-bench-kernels: unknown --format '{}' (q8_0, q4_0, q5_0, q4_1, q5_1, iq4_nl, q4_k, q5_k, q6_k, f16, bf16, f32)\n", format_name);
     return 1;
   }
   if (*format != ops::DType::Q8_0 && (small_n || !(sweep.empty() || (has_packed_kquant(*format) && sweep == "gemm")))) {
@@ -472,6 +520,45 @@ int main(int argc, char** argv) {
     fmt::print("\n== {} thread(s): read bandwidth {:.1f} GB/s best whole pass, {:.1f} GB/s best 16 MiB step "
                "(1 GiB, best of 5); %bw below is against the whole pass (sustained, as the {:.0f} ms samples)\n",
                threads, bw_pass, bw, window_ms);
+    if (is_float_format(weight_type)) {
+      // GEMV GB/s (cold weights), the batch kernel at N = 8 and prefill
+      // N = 512 (calls of --tokens-per-task tokens, weights cold) with the
+      // schedule's tile and the others that fit, us per token.
+      const int64_t pp_n = 512;
+      fmt::print("{:<18} {:>9} {:>8} {:>6} | {:>14} | n512 us/token: schedule's tile, then others\n", "shape",
+                 "gemv us", "GB/s", "%bw", "batch N=8 us/t");
+      for (const Shape& s : shapes) {
+        if (std::string(s.name).find(only) == std::string::npos) continue;
+        const Weights w = make_float_weights(weight_type, s, cold_bytes);
+        std::vector<float> x(size_t(pp_n * s.k));
+        std::mt19937 rng(2);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        for (auto& v : x) v = normal(rng);
+        std::vector<float> y(size_t(pp_n * s.m), 0.0f), bias(size_t(s.m), 0.5f);
+        const KernelId gemv = KernelId::gemv(s.epilogue, weight_type);
+        KernelShape gemv_shape = codegen::kernel_shape(isa, gemv);
+        if (prefetch >= 0) gemv_shape.prefetch_bytes = prefetch;
+        if (gemv_groups > 0) gemv_shape.groups = gemv_groups;
+        JitKernel gemv_kernel(codegen::generate_matmul_kernel(isa, gemv, gemv_shape));
+        const double t1 = time_matmul(pool, gemv_kernel.fn(), w, s, x, y, bias, 1, 1, window);
+        const double gbs = double(w.bytes) / t1 / 1e9;
+        JitKernel batch_kernel(isa, KernelId::batch(s.epilogue, weight_type));
+        const double t8 = time_matmul(pool, batch_kernel.fn(), w, s, x, y, bias, 8, 8, window) / 8;
+        const KernelId sched = passes::prefill_kernel(isa, s.epilogue, weight_type);
+        std::string cells;
+        for (auto [tm, tn] : {std::pair<int64_t, int64_t>{sched.tile_m, sched.tile_n}, {16, 8}, {32, 8}, {48, 8},
+                              {64, 6}, {32, 6}}) {
+          const KernelId id = KernelId::gemm(s.epilogue, tm, tn, weight_type);
+          if ((cells.size() > 0 && id == sched) || !program::fits(id, isa)) continue;
+          JitKernel k(isa, id);
+          const double t = time_matmul(pool, k.fn(), w, s, x, y, bias, pp_n, tokens_per_task, window) / pp_n;
+          cells += fmt::format(" {}={:.2f}", tile_name(id), t * 1e6);
+        }
+        fmt::print("{:<18} {:>9.1f} {:>8.1f} {:>5.0f}% | {:>14.2f} |{}\n", s.name, t1 * 1e6, gbs, 100 * gbs / bw_pass,
+                   t8 * 1e6, cells);
+      }
+      continue;
+    }
     if (kquant) {
       // k-quant weights occur only where K % 256 == 0: in Qwen2.5-0.5B's
       // Q4_K_M, ffn_down (4864 wide); gate.up here is 4864 wide too.

@@ -1,6 +1,7 @@
 // The register tile and knobs the generator uses for a kernel on an ISA.
 #include <algorithm>
 
+#include "lumen/codegen/float_kernel.h"
 #include "lumen/codegen/kernel_support.h"
 #include "lumen/common/internal_error.h"
 #include "lumen/target/packed_q8_0.h"
@@ -9,6 +10,7 @@
 namespace lumen::codegen {
 
 KernelShape kernel_shape(Isa isa, const program::KernelId& kernel) {
+  if (is_float_kernel(kernel)) return float_kernel_shape(isa, kernel);
   std::string why;
   LUMEN_ASSERT(program::fits(kernel, isa, &why), "kernel " + program::to_string(kernel) + ": " + why);
   const int64_t halves = vectors_per_group(isa);

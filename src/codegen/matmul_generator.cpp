@@ -42,7 +42,9 @@
 #include "lumen/common/internal_error.h"
 #include "lumen/codegen/kernel_support.h"
 #include "lumen/target/weight_formats.h"
+#include "lumen/codegen/float_kernel.h"
 #include "lumen/codegen/kquant_kernel.h"
+#include "epilogue_generator.h"
 
 namespace lumen::codegen {
 namespace {
@@ -51,39 +53,25 @@ using program::Epilogue;
 using namespace Xbyak;
 using namespace Xbyak::util;
 
-// MatMulArgs field offsets (kernel_abi.h), as the kernels address them.
-constexpr int kArgW = offsetof(MatMulArgs, w), kArgX = offsetof(MatMulArgs, x), kArgY = offsetof(MatMulArgs, y),
-              kArgBias = offsetof(MatMulArgs, bias), kArgResidual = offsetof(MatMulArgs, residual),
-              kArgXStride = offsetof(MatMulArgs, x_stride), kArgYStride = offsetof(MatMulArgs, y_stride),
-              kArgRStride = offsetof(MatMulArgs, r_stride), kArgKBlocks = offsetof(MatMulArgs, k_blocks),
-              kArgMRows = offsetof(MatMulArgs, m_rows), kArgNTokens = offsetof(MatMulArgs, n_tokens);
-// The kernels load every pointer and count as a qword.
-static_assert(sizeof(MatMulArgs::w) == 8 && sizeof(MatMulArgs::x) == 8 && sizeof(MatMulArgs::y) == 8 &&
-              sizeof(MatMulArgs::bias) == 8 && sizeof(MatMulArgs::residual) == 8 &&
-              sizeof(MatMulArgs::x_stride) == 8 && sizeof(MatMulArgs::y_stride) == 8 &&
-              sizeof(MatMulArgs::r_stride) == 8 && sizeof(MatMulArgs::k_blocks) == 8 &&
-              sizeof(MatMulArgs::m_rows) == 8 && sizeof(MatMulArgs::n_tokens) == 8);
+using namespace detail;
 
 // Stack frame of the kernel (bytes from rsp).
 // With fp32_acc_in_memory, the fp32 accumulators follow at kFloatAccs (one vector each).
 constexpr int kMg = 0, kNt = 8, kGroupsTotal = 16, kGroupStride = 24, kTileStride = 32, kKEnd = 40,
               kXStrideBytes = 48, kChunk = 56, kChunkStart = 64, kChunkEnd = 72, kFloatAccs = 80;
 
-// Constants for SiLU, each replicated over 16 lanes (64 bytes).
-enum Const { kSignMask, kExpHi, kExpLo, kLog2e, kLn2Hi, kLn2Lo, kP0, kP1, kP2, kP3, kP4, kP5, kOne, kNumConsts };
 // Constants of the 4-bit formats (64 bytes each), emitted only for them: the
 // nibble mask, 16 (the fifth bit), the ymm expansion of a mask dword to bytes
 // (vpshufb indices, then the bit each byte tests), IQ4_NL's levels (in every
 // 16-byte lane; + 128 on VNNI) and -1/128 as fp32 (the mins' factor).
 enum NibbleConst { kNibbleMask, kSixteen, kBitShuffle, kBitSelect, kLevels, kMinFactor, kNumNibbleConsts };
 
-class MatMulGenerator : public CodeGenerator {
+class MatMulGenerator : public EpilogueGenerator {
  public:
   MatMulGenerator(Isa isa, const program::KernelId& kernel, const KernelShape& shape)
-      : CodeGenerator(1 << 20), isa_(isa), kernel_(kernel), shape_(shape) {
+      : EpilogueGenerator(isa, kernel.epilogue, kMg, kNt), isa_(isa), kernel_(kernel), shape_(shape) {
     avx512_ = !is_ymm_isa(isa);
     vnni_ = is_vnni_isa(isa);
-    halves_ = int(vectors_per_group(isa));
     mult_ = kernel.epilogue == Epilogue::SiluMul ? 2 : 1;
     facc_mem_ = shape.fp32_acc_in_memory;
     format_ = kernel.weight;
@@ -106,7 +94,6 @@ class MatMulGenerator : public CodeGenerator {
 
  private:
   // ------------------------------------------------------------ registers
-  Xmm vec(int i) const { return avx512_ ? Xmm(Zmm(i)) : Xmm(Ymm(i)); }
   // Accumulator of (packed group g, vector half h, token t) in a body of tc tokens.
   int acc_index(int tc, int g, int h, int t) const { return (g * halves_ + h) * tc + t; }
   // Temporaries live above the accumulators of the widest body: int and
@@ -149,7 +136,6 @@ class MatMulGenerator : public CodeGenerator {
   const Reg64& woff_ = rax;
   const Reg64& xoff_ = rcx;
 
-  Address cst(Const c) { return ptr[rip + consts_ + 64 * int(c)]; }
   Address nib_cst(NibbleConst c) { return ptr[rip + nibble_consts_ + 64 * int(c)]; }
 
   // ----------------------------------------------------------- structure
@@ -272,17 +258,7 @@ class MatMulGenerator : public CodeGenerator {
   }
 
   void emit_constants() {
-    const float values[kNumConsts] = {
-        -0.0f,          88.3762626647949f, -87.3365447504f, 1.44269504088896341f, 0.693359375f,
-        -2.12194440e-4f, 1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,      4.1665795894e-2f,
-        1.6666665459e-1f, 5.0000001201e-1f, 1.0f};
-    align(64);
-    L(consts_);
-    for (int c = 0; c < kNumConsts; ++c) {
-      for (int i = 0; i < 16; ++i) dd(std::bit_cast<uint32_t>(values[c]));
-    }
-    L(row_masks_);  // 8 x -1 then 8 x 0: loading at (8 - n) * 4 gives n leading ones
-    for (int i = 0; i < 16; ++i) dd(i < 8 ? 0xFFFFFFFFu : 0u);
+    emit_epilogue_constants();
     if (!nibbles_) return;
     align(64);
     L(nibble_consts_);
@@ -347,7 +323,17 @@ class MatMulGenerator : public CodeGenerator {
     cmp(xoff_, qword[rsp + kKEnd]);
     jb(k_loop, T_NEAR);
     L(k_done);
-    epilogue(gc, tc, nacc);
+    // The fp32 sums in their registers, or loaded into the (now free) int
+    // accumulator registers when they are in memory.
+    store_tile(
+        gc, tc,
+        [&](int p, int h, int t) {
+          const int a = acc_index(tc, p, h, t);
+          if (!facc_mem_) return vec(nacc + a);
+          vmovups(vec(a), facc_slot(a));
+          return vec(a);
+        },
+        {tmp_w(), tmp_s(), tmp_t(), tmp_x()});
   }
 
   void vpxor_all(const Xmm& v) {
@@ -605,140 +591,11 @@ class MatMulGenerator : public CodeGenerator {
     }
   }
 
-  // exp(-g) into e (clobbers z and n): Cephes-style range reduction and
-  // polynomial, ~1-2 ulp.
-  void exp_neg(const Xmm& g, const Xmm& e, const Xmm& z, const Xmm& n) {
-    vxorps(z, g, cst(kSignMask));
-    vminps(z, z, cst(kExpHi));
-    vmaxps(z, z, cst(kExpLo));
-    vmulps(n, z, cst(kLog2e));
-    if (avx512_) {
-      vrndscaleps(n, n, 0);
-    } else {
-      vroundps(n, n, 0);
-    }
-    vfnmadd231ps(z, n, cst(kLn2Hi));
-    vfnmadd231ps(z, n, cst(kLn2Lo));
-    vmovups(e, cst(kP0));
-    for (Const c : {kP1, kP2, kP3, kP4, kP5, kOne, kOne}) vfmadd213ps(e, z, cst(c));
-    if (avx512_) {
-      vscalefps(e, e, n);
-    } else {
-      vcvtps2dq(n, n);
-      vpslld(n, n, 23);
-      vpaddd(e, e, n);
-    }
-  }
-
-  void epilogue(int gc, int tc, int nacc) {
-    const Epilogue epi = kernel_.epilogue;
-    const bool bias = epi == Epilogue::Bias || epi == Epilogue::BiasResidual;
-    const bool residual = epi == Epilogue::Residual || epi == Epilogue::BiasResidual;
-    const Reg64 y_ptr = r8, b_ptr = r9, r_ptr = r10, rows = r11, tmp = rbx;
-    // b_ptr = bias + mg*16 rows.
-    if (bias) {
-      mov(b_ptr, qword[rsp + kMg]);
-      shl(b_ptr, 6);
-      add(b_ptr, qword[args_ + kArgBias]);
-    }
-    for (int g = 0; g < gc; ++g) {
-      // rows = clamp(m_rows - (mg + g) * 16, 0, 16): the rows of this group to store.
-      mov(rows, qword[rsp + kMg]);
-      add(rows, g);
-      shl(rows, 4);
-      neg(rows);
-      add(rows, qword[args_ + kArgMRows]);
-      mov(tmp, 16);
-      cmp(rows, tmp);
-      cmovg(rows, tmp);
-      for (int h = 0; h < halves_; ++h) {
-        const Xmm mask = tmp_w();
-        if (avx512_) {
-          mov(tmp.cvt32(), 0xFFFF);
-          bzhi(tmp.cvt32(), tmp.cvt32(), rows.cvt32());
-          kmovw(k1, tmp.cvt32());
-        } else {
-          // n = clamp(rows - 8h, 0, 8); mask = row_masks[8 - n ..].
-          mov(tmp, rows);
-          if (h == 1) sub(tmp, 8);
-          mov(rdx, 8);
-          cmp(tmp, rdx);
-          cmovg(tmp, rdx);
-          xor_(edx, edx);
-          cmp(tmp, rdx);
-          cmovl(tmp, rdx);
-          neg(tmp);
-          lea(rdx, ptr[rip + row_masks_]);
-          vmovdqu(mask, ptr[rdx + tmp * 4 + 32]);
-        }
-        const int row_byte = (g * int(kPackRows) + h * 8) * 4;
-        for (int t = 0; t < tc; ++t) {
-          // y_ptr = y + ((nt + t) * y_stride + mg * 16) floats.
-          mov(y_ptr, qword[rsp + kNt]);
-          add(y_ptr, t);
-          if (residual) {
-            mov(r_ptr, y_ptr);
-            imul(r_ptr, qword[args_ + kArgRStride]);
-          }
-          imul(y_ptr, qword[args_ + kArgYStride]);
-          mov(tmp, qword[rsp + kMg]);
-          shl(tmp, 4);
-          add(y_ptr, tmp);
-          shl(y_ptr, 2);
-          add(y_ptr, qword[args_ + kArgY]);
-          if (residual) {
-            add(r_ptr, tmp);
-            shl(r_ptr, 2);
-            add(r_ptr, qword[args_ + kArgResidual]);
-          }
-          const int a_out = acc_index(tc, g * int(mult_), h, t);
-          Xmm v = vec(nacc + a_out);
-          // In memory: load into the (now free) int accumulator registers.
-          if (facc_mem_) {
-            v = vec(a_out);
-            vmovups(v, facc_slot(a_out));
-          }
-          if (epi == Epilogue::SiluMul) {
-            const int a_up = acc_index(tc, g * 2 + 1, h, t);
-            Xmm up = vec(nacc + a_up);
-            if (facc_mem_) {
-              up = vec(a_up);
-              vmovups(up, facc_slot(a_up));
-            }
-            const Xmm e = tmp_x();
-            exp_neg(v, e, tmp_s(), tmp_t());
-            vaddps(e, e, cst(kOne));
-            vdivps(v, v, e);
-            vmulps(v, v, up);
-          }
-          if (bias) add_masked(v, ptr[b_ptr + row_byte], mask);
-          if (residual) add_masked(v, ptr[r_ptr + row_byte], mask);
-          if (avx512_) {
-            vmovups(ptr[y_ptr + row_byte] | k1, v);
-          } else {
-            vmaskmovps(ptr[y_ptr + row_byte], mask, v);
-          }
-        }
-      }
-    }
-  }
-
-  void add_masked(const Xmm& v, const Address& addr, const Xmm& mask) {
-    const Xmm t = tmp_s();
-    if (avx512_) {
-      vmovups(t | k1 | T_z, addr);
-    } else {
-      vmaskmovps(t, mask, addr);
-    }
-    vaddps(v, v, t);
-  }
-
   Isa isa_;
   program::KernelId kernel_;
   KernelShape shape_;
   bool avx512_ = true;
   bool vnni_ = true;
-  int halves_ = 1;
   int64_t mult_ = 1;
   bool facc_mem_ = false;
   ops::DType format_ = ops::DType::Q8_0;
@@ -748,12 +605,13 @@ class MatMulGenerator : public CodeGenerator {
   int sub_ = 0, xb_ = 0;   // the 32-block of the iteration being emitted; its ActBlock's byte offset
   bool mins_ = false;      // Q4_1, Q5_1: d * q + m
   int block_bytes_ = 0;    // packed_block_bytes(format_)
-  Label consts_, row_masks_, nibble_consts_;
+  Label nibble_consts_;
 };
 
 }  // namespace
 
 std::vector<uint8_t> generate_matmul_kernel(Isa isa, const program::KernelId& kernel, const KernelShape& shape) {
+  if (is_float_kernel(kernel)) return generate_float_kernel(isa, kernel, shape);
   MatMulGenerator gen(isa, kernel, shape);
   const uint8_t* code = gen.getCode();
   return std::vector<uint8_t>(code, code + gen.getSize());

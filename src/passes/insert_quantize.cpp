@@ -1,5 +1,5 @@
 // Pass insert_quantize: an explicit quantize op in front of every matmul
-// whose input is f32 (see passes.h).
+// whose input is f32 and whose kernels read act_q8 (see passes.h).
 #include <map>
 
 #include "lumen/passes/passes.h"
@@ -7,7 +7,7 @@
 
 namespace lumen::passes {
 
-void insert_quantize(ir::Module& m) {
+void insert_quantize(ir::Module& m, Isa target) {
   ir::Function& f = m.forward;
   for (auto* block : detail::blocks(f)) {
     std::vector<ir::Op> out;
@@ -16,7 +16,10 @@ void insert_quantize(ir::Module& m) {
       if (op.kind == ops::OpId::MatMul && !op.operands.empty()) {
         ir::ValueId x = op.operands[0];
         const ir::Type& t = f.type(x);
-        if (t.known && t.dtype == ops::DType::F32) {
+        // Float-weight kernels read the f32 rows themselves (the type rule of
+        // target/weight_formats.h matmul_input_dtype).
+        if (t.known && t.dtype == ops::DType::F32 &&
+            detail::matmul_input_dtype(m, op, target) == ops::DType::ActQ8) {
           auto it = quantized.find(x);
           if (it == quantized.end()) {
             ir::Op q;

@@ -46,4 +46,18 @@ inline bool same_packed_formats(const ir::Weight& a, const ir::Weight& b, Isa ta
   return true;
 }
 
+// The activations matmul `op` reads (target/weight_formats.h
+// matmul_input_dtype): f32 when every layer's weights are packed in a float
+// format, else act_q8, which its float weights then run under as Q8_0; act_q8
+// for weights not bound to their types.
+inline ops::DType matmul_input_dtype(const ir::Module& m, const ir::Op& op, Isa target) {
+  for (const auto& w : op.weights) {
+    const ir::Weight* decl = m.find_weight(w.name);
+    if (decl == nullptr || decl->types.empty()) return ops::DType::ActQ8;
+    for (const ops::DType t : decl->types)
+      if (::lumen::matmul_input_dtype(packed_format(t, target)) != ops::DType::F32) return ops::DType::ActQ8;
+  }
+  return op.weights.empty() ? ops::DType::ActQ8 : ops::DType::F32;
+}
+
 }  // namespace lumen::passes::detail

@@ -24,7 +24,7 @@ constexpr std::array<PassInfo, 8> kPipeline = {{
     {"fuse_gate_up", fuse_gate_up, "gate and up matmuls plus silu*mul -> one silu_mul matmul"},
     {"fuse_qkv", fuse_qkv, "matmuls sharing an input (Q, K, V) -> one matmul plus column views"},
     // After all matmul fusions: one quantize per fused input.
-    {"insert_quantize", for_any_target<insert_quantize>, "explicit act_q8 quantization of every f32 matmul input"},
+    {"insert_quantize", insert_quantize, "explicit act_q8 quantization of the f32 input of every matmul whose kernels read act_q8"},
     {"fuse_norm_quant", for_any_target<fuse_norm_quant>, "rms_norm followed by quantize -> rms_norm_quant"},
     {"schedule", schedule, "the target's decode/batch/prefill kernels and thread split of every matmul"},
     // Last: it fixes storage for the final op list.

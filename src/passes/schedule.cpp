@@ -36,7 +36,7 @@ constexpr int64_t kTokensPerTask = 256;
 // The packed formats of `op`'s weights (target/weight_formats.h), in
 // first-layer order: one set of kernels each. The weights of one layer
 // (fused side by side) must share their format: one kernel reads them all.
-std::vector<ops::DType> packed_formats(const ir::Module& m, const ir::Op& op, Isa target) {
+std::vector<ops::DType> packed_formats(const ir::Module& m, const ir::Op& op, Isa target, ops::DType input) {
   std::vector<const ir::Weight*> decls;
   size_t layers = 1;
   for (const auto& w : op.weights) {
@@ -48,15 +48,35 @@ std::vector<ops::DType> packed_formats(const ir::Module& m, const ir::Op& op, Is
   }
   std::vector<ops::DType> formats;
   for (size_t layer = 0; layer < layers; ++layer) {
-    const ops::DType first = packed_format(decls[0]->type_of_layer(static_cast<int64_t>(layer)), target);
+    const ops::DType first = packed_format(decls[0]->type_of_layer(static_cast<int64_t>(layer)), target, input);
     for (const ir::Weight* decl : decls)
-      if (packed_format(decl->type_of_layer(static_cast<int64_t>(layer)), target) != first)
+      if (packed_format(decl->type_of_layer(static_cast<int64_t>(layer)), target, input) != first)
         throw ir::IrError("matmul: @" + decls[0]->name + " and @" + decl->name + " are packed in different formats in layer " +
                               std::to_string(layer) + "; a fused matmul reads one format",
                           op.line);
     if (std::find(formats.begin(), formats.end(), first) == formats.end()) formats.push_back(first);
   }
   return formats;
+}
+
+// The float formats' GEMM (the packed weights as they are): the tile of the
+// most groups x tokens within kFloatTileM x kFloatTileN that fits the target,
+// more tokens on a tie (m48n8 on AVX-512, m16n6 on AVX2; docs/kernels.md).
+constexpr int64_t kFloatTileM = 48, kFloatTileN = 8;
+program::KernelId float_prefill_kernel(Isa target, program::Epilogue e, ops::DType format) {
+  const int64_t mult = e == program::Epilogue::SiluMul ? 2 : 1;
+  int64_t best_groups = 1, best_tokens = 1;
+  for (int64_t groups = 1; groups <= kFloatTileM / kPackRows; ++groups) {
+    for (int64_t tokens = 1; tokens <= kFloatTileN; ++tokens) {
+      if (!float_tile_fits(target, groups * mult, tokens)) continue;
+      const int64_t reuse = groups * tokens, best = best_groups * best_tokens;
+      if (reuse > best || (reuse == best && tokens > best_tokens)) {
+        best_groups = groups;
+        best_tokens = tokens;
+      }
+    }
+  }
+  return program::KernelId::gemm(e, best_groups * kPackRows, best_tokens, format);
 }
 
 }  // namespace
@@ -68,6 +88,7 @@ std::vector<ops::DType> packed_formats(const ir::Module& m, const ir::Op& op, Is
 // each: m32n3 on AVX-512.
 program::KernelId prefill_kernel(Isa target, program::Epilogue e, ops::DType format) {
   const int64_t mult = e == program::Epilogue::SiluMul ? 2 : 1;
+  if (is_float_format(format)) return float_prefill_kernel(target, e, format);
   // The k-quants, Q4_1 and Q5_1 run the k-quant GEMM on each task's rows
   // expanded to u8 quants and fp32 factors (packed_kquant.h): the tile of the most groups x tokens
   // within kKQuantTileM x kKQuantTileN, more tokens on a tie, fp32
@@ -112,16 +133,19 @@ void schedule(ir::Module& m, Isa target) {
     if (op.kind != ops::OpId::MatMul) return;
     program::Epilogue e = op.epilogue;
     std::string formats, decode, batch, prefill;
-    for (const ops::DType format : packed_formats(m, op, target)) {
+    // insert_quantize, earlier in the pipeline, gave every matmul its formats' input.
+    LUMEN_ASSERT(!op.operands.empty(), "schedule: " + detail::describe(op) + ": no input");
+    const ops::DType input = m.forward.type(op.operands[0]).dtype;
+    for (const ops::DType format : packed_formats(m, op, target, input)) {
+      LUMEN_ASSERT(matmul_input_dtype(format) == input, "schedule: " + detail::describe(op) + ": the input must be " +
+                                                            ops::to_string(matmul_input_dtype(format)) +
+                                                            " (run insert_quantize first)");
       const char* sep = formats.empty() ? "" : ",";
       formats.append(sep).append(ops::id_name(format));
       decode.append(sep).append(to_string(program::KernelId::gemv(e, format)));
       batch.append(sep).append(to_string(program::KernelId::batch(e, format)));
       prefill.append(sep).append(to_string(prefill_kernel(target, e, format)));
     }
-    // insert_quantize, earlier in the pipeline, made every matmul input act_q8.
-    LUMEN_ASSERT(!op.operands.empty() && m.forward.type(op.operands[0]).dtype == ir::DType::ActQ8,
-                 "schedule: " + detail::describe(op) + ": the input must be act_q8 (run insert_quantize first)");
     // The program text's convention: `formats` only when not just Q8_0 (program/serialize.cpp).
     if (formats != ops::id_name(ops::DType::Q8_0)) op.set_attr("formats", ir::Attr::string(formats));
     op.set_attr("decode_kernel", ir::Attr::string(decode));

@@ -59,8 +59,8 @@ bool is_valid(const KernelId& k, std::string* why) {
       return refuse_with("a batch kernel has no tile of its own");
     return true;
   }
-  if (k.weight != DType::Q8_0 && !has_expanded_kquant(k.weight))
-    return refuse_with("a gemm kernel reads packed q8_0 or expanded blocks (k-quants, q4_1, q5_1)");
+  if (k.weight != DType::Q8_0 && !has_expanded_kquant(k.weight) && !is_float_format(k.weight))
+    return refuse_with("a gemm kernel reads packed q8_0, expanded blocks (k-quants, q4_1, q5_1) or packed f16, bf16, f32");
   // A Gemm's row tile is whole packed row groups.
   if (k.tile_m < kPackRows || k.tile_m % kPackRows != 0 || k.tile_m > 1024)
     return refuse_with("tile_m must be a multiple of 16 in [16, 1024]");
@@ -72,8 +72,10 @@ bool fits(const KernelId& k, Isa isa, std::string* why) {
   if (!is_valid(k, why)) return false;
   if (k.kind != KernelKind::Gemm) return true;
   const int64_t packed_groups = k.tile_m / kPackRows * (k.epilogue == Epilogue::SiluMul ? 2 : 1);
-  if (has_expanded_kquant(k.weight) ? kquant_gemm_tile_fits(isa, packed_groups, k.tile_n, kquant_int_accumulators(k.weight))
-                                  : gemm_tile_fits(isa, packed_groups, k.tile_n))
+  if (is_float_format(k.weight) ? float_tile_fits(isa, packed_groups, k.tile_n)
+      : has_expanded_kquant(k.weight)
+          ? kquant_gemm_tile_fits(isa, packed_groups, k.tile_n, kquant_int_accumulators(k.weight))
+          : gemm_tile_fits(isa, packed_groups, k.tile_n))
     return true;
   if (why) *why = std::string("the tile does not fit the registers of ") + to_string(isa);
   return false;

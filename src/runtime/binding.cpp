@@ -261,6 +261,14 @@ void bind_weights(const Program& p, const gguf::File& file, BoundModel& b) {
   }
 }
 
+// The activations a MatMul op reads: its weights' packed format follows
+// from it (target/weight_formats.h packed_format).
+DType matmul_input(const Program& p, const program::Op& op) {
+  if (op.inputs.empty() || op.inputs[0].buffer < 0 || op.inputs[0].buffer >= static_cast<int>(p.buffers.size()))
+    throw LoadError("a MatMul op has no input buffer");
+  return p.buffers[static_cast<size_t>(op.inputs[0].buffer)].dtype;
+}
+
 // One matmul of one layer to pack: where its packed rows go in the one mapping.
 struct PackJob {
   Section section;
@@ -293,7 +301,7 @@ int64_t bind_matmul(const CompiledModel& model, const program::Op& op, int64_t l
       throw LoadError("matmul weight '" + t->name + "' has rows of " + std::to_string(ne[0]) +
                       " elements, not a multiple of " + std::to_string(kQ8Block));
     // The schedule gave the weights of one matmul one format (passes/schedule.cpp).
-    const DType format = packed_format(dtype_of(*t), model.isa);
+    const DType format = packed_format(dtype_of(*t), model.isa, matmul_input(p, op));
     if (wi != op.weights.front() && format != mm.format)
       throw LoadError("matmul weight '" + t->name + "' is packed as " + ::lumen::ops::id_name(format) +
                       ", the others of its matmul as " + ::lumen::ops::id_name(mm.format));
@@ -398,8 +406,9 @@ void drop_weight_pages(const PackPlan& plan, bool release_file_pages) {
 // formats and their contents. Bump kPackLayoutVersion whenever pack_rows,
 // the conversion to Q8_0 or the plan changes its output (2: weights of every
 // type; 3: Q4_0, Q5_0, Q4_K, Q5_K and Q6_K in their own formats, IQ4_NL
-// converted exactly; 4: Q4_1, Q5_1 and IQ4_NL in their own formats).
-constexpr int kPackLayoutVersion = 4;
+// converted exactly; 4: Q4_1, Q5_1 and IQ4_NL in their own formats; 5: F16,
+// BF16 and F32 in their own formats).
+constexpr int kPackLayoutVersion = 5;
 
 // Each tensor's pages are dropped once it is hashed (drop_file_pages): a
 // hit then never holds the GGUF's weights beside the cache's, and a miss
@@ -417,7 +426,7 @@ PackCacheKey pack_cache_key(const CompiledModel& model, const PackPlan& plan, co
     for (int wi : op.weights) {
       const gguf::TensorInfo* t = b.tensor(wi, job.layer);
       desc += " " + t->name + ":" + std::string(gguf::to_string(t->type)) + ":" +
-              to_string(packed_format(dtype_of(*t), model.isa)) + ":" + std::to_string(t->n_bytes) + ":" +
+              to_string(packed_format(dtype_of(*t), model.isa, matmul_input(p, op))) + ":" + std::to_string(t->n_bytes) + ":" +
               std::to_string(hash_parallel(t->data, t->n_bytes, 0, pool));
       drop_file_pages(release_file_pages, t, 0, static_cast<int64_t>(t->n_bytes));
     }

@@ -40,7 +40,9 @@ void Session::Impl::run_matmul(const ROp& r, const ROp::MatMulKernel& k, const P
     MatMulArgs args{};
     args.w = mm.w + row0 / group * mm.group_bytes;
     args.bias = mm.bias != nullptr ? mm.bias + row0 : nullptr;
-    args.x_stride = x.stride / static_cast<int64_t>(sizeof(ActBlock));
+    // Float weights read the f32 rows (target/weight_formats.h matmul_input_dtype).
+    const bool f32_input = x.dtype == DType::F32;
+    args.x_stride = x.stride / static_cast<int64_t>(f32_input ? sizeof(float) : sizeof(ActBlock));
     args.y_stride = y.stride / static_cast<int64_t>(sizeof(float));
     args.r_stride = residual ? r.residual.stride / static_cast<int64_t>(sizeof(float)) : 0;
     args.k_blocks = mm.k / kQ8Block;
@@ -59,7 +61,11 @@ void Session::Impl::run_matmul(const ROp& r, const ROp::MatMulKernel& k, const P
       }
       args.w = converted.data();
     }
-    args.x = x.act(tok0);
+    if (f32_input) {
+      args.x_f32 = x.f32(tok0);
+    } else {
+      args.x = x.act(tok0);
+    }
     args.y = y.f32(tok0) + row0;
     args.residual = residual ? r.residual.f32(tok0) + row0 : nullptr;
     args.n_tokens = std::min(token_block, n - tok0);

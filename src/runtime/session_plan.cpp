@@ -305,7 +305,8 @@ void Session::Impl::choose_kernel(ROp& r, Section s, size_t i, int64_t rows) con
   r.layer_kernel.assign(s == Section::Layer ? static_cast<size_t>(bound.n_layers) : 1, 0);
   for (size_t layer = 0; layer < r.layer_kernel.size(); ++layer) {
     const std::optional<DType> type = w.type_of_layer(static_cast<int64_t>(layer));
-    const program::MatMulKernels* f = type ? op.schedule.for_format(packed_format(*type, model->isa)) : nullptr;
+    const program::MatMulKernels* f =
+        type ? op.schedule.for_format(packed_format(*type, model->isa, r.in.at(0).dtype)) : nullptr;
     if (f == nullptr)
       throw LoadError("the model has no matmul kernels for layer " + std::to_string(layer) + "'s '" + w.name + "'" + where());
     r.layer_kernel[layer] = static_cast<size_t>(f - op.schedule.formats.data());
@@ -505,8 +506,12 @@ void Session::Impl::check_op(const ROp& r, Section section, size_t index, int64_
       }
       break;
     case OpId::MatMul:
-      need(r.in.size() == 1 && r.in[0].dtype == DType::ActQ8, "input must be ActQ8");
+      need(r.in.size() == 1, "a matmul has one input");
       for (const PackedMatMul& mm : bound.matmuls[section][index]) {
+        // The type rule of target/weight_formats.h: float weights read f32, the others act_q8.
+        need(r.in[0].dtype == matmul_input_dtype(mm.format),
+             std::string("input must be ") + ::lumen::ops::to_string(matmul_input_dtype(mm.format)) + " for " +
+                 ::lumen::ops::to_string(mm.format) + " weights");
         need(mm.k == r.in[0].cols, "the weights' row length must equal the input width");
         need(mm.rows == r.out.cols, "the weights' rows must equal the output width");
       }

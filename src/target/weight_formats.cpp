@@ -1,5 +1,6 @@
 // packed_format: the types with a packed layout of their own (kPackedFormats)
-// run in it on every ISA; every other type runs as packed Q8_0.
+// run in it on every ISA; every other type runs as packed Q8_0, and so do the
+// float types in a matmul that reads act_q8.
 #include "lumen/target/weight_formats.h"
 
 #include <algorithm>
@@ -12,11 +13,16 @@ namespace lumen {
 
 ops::DType packed_format(ops::DType weight, Isa) { return is_packed_format(weight) ? weight : ops::DType::Q8_0; }
 
+ops::DType packed_format(ops::DType weight, Isa isa, ops::DType input) {
+  const ops::DType format = packed_format(weight, isa);
+  return is_float_format(format) && input != ops::DType::F32 ? ops::DType::Q8_0 : format;
+}
+
 int64_t packed_bytes(ops::DType format, int64_t rows, int64_t k) {
   if (has_packed_kquant(format)) return packed_kquant_bytes(format, rows, k);
-  const int64_t block = ops::row(format).block_elems;
+  const int64_t block = is_float_format(format) ? kQ8Block : ops::row(format).block_elems;
   if (rows < 0 || k < 0 || k % block != 0 || !is_packed_format(format)) {
-    throw std::invalid_argument("packed_bytes: a packed format, k a non-negative multiple of its block (32 or 256)");
+    throw std::invalid_argument("packed_bytes: a packed format, k a non-negative multiple of its block (32, or 256 for the k-quants and IQ4_XS)");
   }
   return (rows + kPackRows - 1) / kPackRows * (k / kQ8Block) * packed_block_bytes(format);
 }
@@ -28,6 +34,7 @@ void pack_rows(ops::DType format, Isa isa, const void* src, int64_t rows, int64_
       return pack_q8_0(isa, static_cast<const BlockQ8_0*>(src), rows, k, out, first_group);
     default:
       if (is_packed_4bit(format)) return pack_4bit(format, src, rows, k, out, first_group);
+      if (is_float_format(format)) return pack_float(format, src, rows, k, out, first_group);
       if (has_packed_kquant(format)) return pack_kquant(format, src, rows, k, out, first_group);
       throw std::invalid_argument(std::string("pack_rows: ") + ops::id_name(format) + " is not a packed format");
   }

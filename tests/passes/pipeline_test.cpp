@@ -548,11 +548,42 @@ func @forward(%0 : i32[N]) -> f32[N, n_vocab] {
       if (op.kind == lumen::ops::OpId::MatMul) {
         ++matmuls;
         ASSERT_EQ(op.schedule.formats.size(), 1u);
-        EXPECT_EQ(op.schedule.formats[0].format, lumen::packed_format(lumen::ops::DType::F16, kTarget));
+        // The IR quantizes the input itself: an act_q8 matmul runs its F16 weights as Q8_0.
+        EXPECT_EQ(op.schedule.formats[0].format,
+                  lumen::packed_format(lumen::ops::DType::F16, kTarget, lumen::ops::DType::ActQ8));
       }
   EXPECT_EQ(matmuls, 1);
   Module m = lumen::ir::parse_module(text);
   EXPECT_THROW(lumen::passes::schedule(m, kTarget), lumen::InternalError);
+}
+
+// The type rule (target/weight_formats.h matmul_input_dtype): a matmul of
+// F16 weights keeps its f32 input, no quantize op, and takes the F16 kernels.
+TEST(Schedule, FloatWeightsReadF32Activations) {
+  const char* text = R"(module tiny
+param n_embd : int = key("tiny.embedding_length")
+param n_vocab : int = len("tokenizer.ggml.tokens")
+weight @emb : any[n_vocab, n_embd] = "token_embd.weight"
+weight @out : f16[n_vocab, n_embd] = "output.weight"
+func @forward(%0 : i32[N]) -> f32[N, n_vocab] {
+  %1 = embed %0, @emb : (i32[N]) -> f32[N, n_embd]
+  %2 = matmul %1, @out : (f32[N, n_embd]) -> f32[N, n_vocab]
+  return %2
+}
+)";
+  const lumen::driver::Compilation c = lumen::driver::compile({"f16.ir", text}, target_options());
+  int matmuls = 0;
+  for (const auto* ops : {&c.program->pre, &c.program->post})
+    for (const lumen::program::Op& op : *ops) {
+      EXPECT_NE(op.kind, lumen::ops::OpId::Quantize);
+      if (op.kind != lumen::ops::OpId::MatMul) continue;
+      ++matmuls;
+      ASSERT_EQ(op.schedule.formats.size(), 1u);
+      EXPECT_EQ(op.schedule.formats[0].format, lumen::ops::DType::F16);
+      EXPECT_EQ(lumen::program::to_string(op.schedule.formats[0].decode_kernel), "gemv.f16.none");
+      EXPECT_EQ(c.program->buffers[size_t(op.inputs[0].buffer)].dtype, lumen::ops::DType::F32);
+    }
+  EXPECT_EQ(matmuls, 1);
 }
 
 // Passes on IR that parses and verifies (open types allowed) either work or

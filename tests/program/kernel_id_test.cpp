@@ -37,7 +37,7 @@ TEST(KernelId, EveryValidIdRoundTrips) {
     }
     for (DType w : kPackedFormats) {
       std::vector<KernelId> kernels = {KernelId::gemv(e, w), KernelId::batch(e, w)};
-      if (has_expanded_kquant(w)) kernels.push_back(KernelId::gemm(e, 32, 7, w));  // the k-quant GEMMs
+      if (has_expanded_kquant(w) || is_float_format(w)) kernels.push_back(KernelId::gemm(e, 32, 7, w));  // their GEMMs
       for (const KernelId& k : kernels) {
         const std::optional<KernelId> back = parse_kernel_id(to_string(k));
         ASSERT_TRUE(back.has_value()) << to_string(k);
@@ -56,7 +56,7 @@ TEST(KernelId, SpellsTheWeightFormatOnlyWhenNotQ8_0) {
                                    KernelId::kBatchMaxTokens, DType::Q4_0}),
             "lumen_batch_q4_0_silu_mul");
   std::string why;
-  EXPECT_FALSE(is_valid(KernelId::gemv(Epilogue::None, DType::F32), &why));
+  EXPECT_FALSE(is_valid(KernelId::gemv(Epilogue::None, DType::Q2_K), &why));
   EXPECT_EQ(why, "the weight is not a packed format");
 }
 
@@ -65,7 +65,7 @@ TEST(KernelId, RefusesAnythingElseWithAReason) {
                           "gemm.none.m16n0", "gemm.none.m16n65", "gemm.none.m1040n4", "gemm.none.m16nx",
                           "gemm.none.mn4", "gemm.none.m16n4x", "gemm.none.m016n4", "gemm.none.m-16n4",
                           "gemv.none.m16n4", "conv.none", "GEMV.none", "batch", "batch.", "batch.gelu",
-                          "batch.none.m32n8", "batchx.none", "gemv.q8_0.bias", "gemv.f32.none",
+                          "batch.none.m32n8", "batchx.none", "gemv.q8_0.bias", "gemv.q2_k.none",
                           "gemv.q5_0", "gemv.none.q5_0", "gemm.q5_0.none.m16n4", "gemm.iq4_xs.none.m16n4", "gemm.q6_k.none.m15n4"}) {
     std::string why;
     EXPECT_FALSE(parse_kernel_id(bad, &why).has_value()) << bad;

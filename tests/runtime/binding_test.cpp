@@ -404,13 +404,15 @@ TEST_F(Binding, TensorRefusals) {
 // The qwen2 program declaring type t for every weight it declares Q8_0 (the
 // DSL's q8_0), as a program compiled for a file of type t declares them.
 // The reference program with its Q8_0 weights declared `t`, and its matmuls
-// given the kernels of t's packed format, as the schedule pass would.
+// given the kernels of t's packed format, as the schedule pass would (its
+// matmuls read act_q8, so float types run as Q8_0 there; their own kernels
+// are test_weight_types' and test_codegen_float's).
 std::shared_ptr<const CompiledModel> model_declaring(ops::DType t) {
   const Isa isa = best_isa(cpu_features());
   program::Program p = testing::qwen2_program(isa);
   for (program::Weight& w : p.weights)
     if (w.dtypes == std::vector<program::DType>{ops::DType::Q8_0}) w.dtypes = {t};
-  const ops::DType format = packed_format(t, isa);
+  const ops::DType format = packed_format(t, isa, ops::DType::ActQ8);
   for (std::vector<program::Op>* ops : {&p.pre, &p.layer, &p.post})
     for (program::Op& op : *ops)
       if (op.kind == ops::OpId::MatMul && format != ops::DType::Q8_0)
@@ -472,7 +474,7 @@ TEST_F(Binding, EveryWeightTypeRunsAsItsValues) {
     o.as_dequantized_f32 = true;
     const std::vector<float> dequantized =
         logits_of(model_declaring(ops::DType::F32), synth_gguf(std::string("type_") + row.name + "_f32", o));
-    if (packed_format(row.id, best_isa(cpu_features())) == ops::DType::Q8_0) {
+    if (packed_format(row.id, best_isa(cpu_features()), ops::DType::ActQ8) == ops::DType::Q8_0) {
       EXPECT_EQ(got, dequantized);
       continue;
     }

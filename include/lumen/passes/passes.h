@@ -47,9 +47,11 @@ void fuse_gate_up(ir::Module& m, Isa target);
 void fuse_qkv(ir::Module& m, Isa target);
 
 /// Makes the activation quantization of the matmul kernels explicit: each
-/// f32 matmul input gets a `quantize` op (one per value and block) and the
-/// matmul reads its act_q8 result. Preconditions: the fusions above.
-void insert_quantize(ir::Module& m);
+/// f32 input of a matmul whose kernels read act_q8 gets a `quantize` op (one
+/// per value and block) and the matmul reads its act_q8 result; a matmul whose
+/// weights are all in float formats on `target` keeps its f32 input
+/// (target/weight_formats.h matmul_input_dtype). Preconditions: the fusions above.
+void insert_quantize(ir::Module& m, Isa target);
 
 /// `quantize(rms_norm(%x, @w))` -> `rms_norm_quant(%x, @w)` when the norm has
 /// no other use. Preconditions: insert_quantize.
@@ -59,7 +61,8 @@ void fuse_norm_quant(ir::Module& m);
 /// one set of kernels per packed format of its layers' weights
 /// (target/weight_formats.h): decode_kernel (N == 1), batch_kernel (N = 2..8),
 /// prefill_kernel (larger N), rows_per_task, tokens_per_task (kernels as
-/// to_string(program::KernelId)). An input that is not act_q8, or a weight
+/// to_string(program::KernelId)). An input that is not the formats' input
+/// dtype (matmul_input_dtype: act_q8, or f32 for float weights), or a weight
 /// not bound to its types, is an InternalError. Preconditions: all fusions
 /// (the epilogue picks the kernel), insert_quantize.
 void schedule(ir::Module& m, Isa target);

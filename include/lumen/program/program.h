@@ -137,7 +137,7 @@ const char* to_string(KernelKind k);  // "gemv", "gemm", "batch"
 // with the epilogue as to_string(Epilogue) and the weight format as
 // to_string(DType), spelled only when it is not Q8_0 (so the names of the
 // Q8_0 kernels, and model.so files holding them, stay what they were):
-// "gemm.bias.m48n4", "gemv.q5_0.bias".
+// "gemm.bias.m48n4", "gemv.q5_0.bias", "gemm.f16.none.m48n8".
 struct KernelId {
   KernelKind kind = KernelKind::Gemv;
   Epilogue epilogue = Epilogue::None;
@@ -145,8 +145,9 @@ struct KernelId {
   int64_t tile_n = kGemvTileN;  // Gemm: the register tile's tokens, in [1, 64]
   // The packed weight format the kernel streams (target/weight_formats.h):
   // one of kPackedFormats; a Gemm's is Q8_0 (Q4_0 and Q5_0 weights are
-  // converted to it per task) or a k-quant, Q4_1 or Q5_1 (each task expands its rows,
-  // target/packed_kquant.h expand_kquant, and the GEMM reads those).
+  // converted to it per task), a k-quant, Q4_1 or Q5_1 (each task expands its rows,
+  // target/packed_kquant.h expand_kquant, and the GEMM reads those) or a
+  // float format (F16, BF16, F32: the GEMM reads the packed weights).
   DType weight = DType::Q8_0;
 
   // A Gemv's and a Batch's tiles are fixed values, not register tiles (codegen

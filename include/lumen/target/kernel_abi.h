@@ -1,6 +1,7 @@
 // The calling convention of the generated matmul kernels: the argument block
 // codegen's kernels read by offset and the runtime fills. Plain C layout.
-// Inputs are ActBlocks (act_quant.h), weights the packed layout (packed_q8_0.h).
+// Inputs are ActBlocks (act_quant.h), weights the packed layout (packed_q8_0.h);
+// the float formats' kernels (packed_float.h) read f32 rows instead.
 #pragma once
 
 #include <cstdint>
@@ -19,11 +20,14 @@ namespace lumen {
 // Threads split rows in tasks that start on a row group boundary.
 struct MatMulArgs {
   const uint8_t* w;        // packed weights, at the first row group of this call
-  const ActBlock* x;       // activations: n_tokens rows of k_blocks blocks
+  union {
+    const ActBlock* x;     // activations: n_tokens rows of k_blocks blocks
+    const float* x_f32;    // float formats: n_tokens rows of 32 * k_blocks floats
+  };
   float* y;                // output at (token 0, row 0) of this call
   const float* bias;       // at row 0 of this call, or null
   const float* residual;   // at (token 0, row 0) of this call, or null; may equal y
-  int64_t x_stride;        // in ActBlocks between tokens
+  int64_t x_stride;        // in ActBlocks between tokens (float formats: in floats)
   int64_t y_stride;        // in floats between tokens
   int64_t r_stride;        // in floats between tokens of residual
   int64_t k_blocks;        // K / 32

@@ -88,4 +88,15 @@ inline constexpr bool kquant_gemm_tile_fits(Isa isa, int64_t packed_groups, int6
          kquant_tile_fits(isa, packed_groups, tokens, int_accs, true);
 }
 
+// A float-weight register tile (src/codegen/float_generator.cpp): an fp32
+// accumulator per (packed group, vector, token), every vector of the tile's
+// converted weights for one k, and on ymm (VEX has no {1to8}) one register
+// for the broadcast activation; the epilogue needs 4 temporaries in all.
+inline constexpr bool float_tile_fits(Isa isa, int64_t packed_groups, int64_t tokens) {
+  const int64_t vectors = packed_groups * vectors_per_group(isa);
+  const int64_t temps = vectors + (is_ymm_isa(isa) ? 1 : 0);
+  return packed_groups >= 1 && tokens >= 1 && packed_groups + tokens <= kTilePointerRegs &&
+         vectors * tokens + (temps > 4 ? temps : 4) <= (is_ymm_isa(isa) ? 16 : 32);
+}
+
 }  // namespace lumen

@@ -9,17 +9,19 @@
 #include "lumen/ops/op_list.h"
 #include "lumen/target/isa.h"
 #include "lumen/target/packed_4bit.h"
+#include "lumen/target/packed_float.h"
 #include "lumen/target/packed_q8_0.h"
 
 namespace lumen {
 
 // The packed layouts the generated kernels stream (packed_q8_0.h,
 // packed_4bit.h: Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL, IQ4_XS; packed_kquant.h: the k-quants'
-// GEMV and batch kernels).
+// GEMV and batch kernels; packed_float.h: F16, BF16, F32).
 inline constexpr ops::DType kPackedFormats[] = {ops::DType::Q8_0, ops::DType::Q4_0, ops::DType::Q5_0,
                                                 ops::DType::Q4_1, ops::DType::Q5_1, ops::DType::IQ4_NL,
                                                 ops::DType::IQ4_XS, ops::DType::Q4_K, ops::DType::Q5_K,
-                                                ops::DType::Q6_K};
+                                                ops::DType::Q6_K, ops::DType::F16, ops::DType::BF16,
+                                                ops::DType::F32};
 
 // Whether `format` is one of kPackedFormats.
 constexpr bool is_packed_format(ops::DType format) {
@@ -39,6 +41,9 @@ constexpr int64_t packed_block_bytes(ops::DType format) {
     case ops::DType::Q5_1: return kPackedQ5_1BlockBytes;
     case ops::DType::IQ4_NL: return kPackedIQ4_NLBlockBytes;
     case ops::DType::IQ4_XS: return kPackedIQ4_XSBlockBytes;  // the mean: its super-blocks hold 8
+    case ops::DType::F16:
+    case ops::DType::BF16:
+    case ops::DType::F32: return packed_float_block_bytes(format);
     default: return 0;
   }
 }
@@ -67,5 +72,19 @@ void pack_gate_up_rows(ops::DType format, Isa isa, const void* gate, const void*
 // them on every ISA), else Q8_0 (the weight is converted to Q8_0 once, at load
 // time).
 ops::DType packed_format(ops::DType weight, Isa isa);
+
+// The type rule of a matmul's input: the activations its kernels read when
+// its weights are packed in `format`. The float formats' kernels read the f32
+// rows themselves (closer to an exact dot than ggml's fp16/bf16-rounded
+// activations and no slower: docs/kernels.md "Float weights"); every other
+// format reads act_q8 (a Quantize op in front of the matmul).
+constexpr ops::DType matmul_input_dtype(ops::DType format) {
+  return is_float_format(format) ? ops::DType::F32 : ops::DType::ActQ8;
+}
+
+// packed_format for a weight of a matmul whose input is `input`: a matmul
+// with any layer's weights in a quantized format reads act_q8 (one input for
+// every layer), and its float weights then run as Q8_0, converted at load.
+ops::DType packed_format(ops::DType weight, Isa isa, ops::DType input);
 
 }  // namespace lumen
