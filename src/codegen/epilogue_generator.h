@@ -8,6 +8,7 @@
 #include <bit>
 #include <cstddef>
 #include <functional>
+#include <vector>
 
 #include "lumen/program/program.h"
 #include "lumen/target/isa.h"
@@ -28,6 +29,134 @@ static_assert(sizeof(MatMulArgs::w) == 8 && sizeof(MatMulArgs::x) == 8 && sizeof
               sizeof(MatMulArgs::x_stride) == 8 && sizeof(MatMulArgs::y_stride) == 8 &&
               sizeof(MatMulArgs::r_stride) == 8 && sizeof(MatMulArgs::k_blocks) == 8 &&
               sizeof(MatMulArgs::m_rows) == 8 && sizeof(MatMulArgs::n_tokens) == 8);
+
+// The register-tile loop's dispatch, one piece of code for every generator:
+// the tile at row group [rsp + mg_slot] and token [rsp + nt_slot] has
+// min(groups, groups left) groups and min(tokens, tokens before token_end)
+// tokens; a compare chain jumps to the unrolled body of that size, and every
+// body (tile_body(gc, tc)) ends in a jump to n_next. Clobbers rax, rcx, rdx.
+inline void emit_tile_bodies(Xbyak::CodeGenerator& g, int groups, int tokens, int groups_total_slot, int mg_slot,
+                             int nt_slot, const Xbyak::Address& token_end, const Xbyak::Label& n_next,
+                             const std::function<void(int, int)>& tile_body) {
+  using namespace Xbyak::util;
+  g.mov(rax, g.qword[rsp + groups_total_slot]);
+  g.sub(rax, g.qword[rsp + mg_slot]);
+  g.mov(rcx, groups);
+  g.cmp(rax, rcx);
+  g.cmovg(rax, rcx);
+  g.mov(rdx, token_end);
+  g.sub(rdx, g.qword[rsp + nt_slot]);
+  g.mov(rcx, tokens);
+  g.cmp(rdx, rcx);
+  g.cmovg(rdx, rcx);
+  std::vector<Xbyak::Label> bodies(static_cast<size_t>(groups * tokens));
+  for (int gc = groups; gc >= 1; --gc) {
+    Xbyak::Label next_g;
+    g.cmp(rax, gc);
+    g.jne(next_g, Xbyak::CodeGenerator::T_NEAR);
+    for (int tc = tokens; tc >= 1; --tc) {
+      g.cmp(rdx, tc);
+      g.je(bodies[static_cast<size_t>((gc - 1) * tokens + (tc - 1))], Xbyak::CodeGenerator::T_NEAR);
+    }
+    g.jmp(n_next, Xbyak::CodeGenerator::T_NEAR);
+    g.L(next_g);
+  }
+  g.jmp(n_next, Xbyak::CodeGenerator::T_NEAR);
+  for (int gc = 1; gc <= groups; ++gc) {
+    for (int tc = 1; tc <= tokens; ++tc) {
+      g.L(bodies[static_cast<size_t>((gc - 1) * tokens + (tc - 1))]);
+      tile_body(gc, tc);
+      g.jmp(n_next, Xbyak::CodeGenerator::T_NEAR);
+    }
+  }
+}
+
+// A register tile's pointers: packed group i of the tile at
+// w + [rsp + mg_slot] * [rsp + tile_stride_slot] + i * [rsp + group_stride_slot],
+// token t at x + ([rsp + nt_slot] + t) * [rsp + x_stride_slot] (x: the
+// args' activation pointer).
+inline void emit_tile_pointers(Xbyak::CodeGenerator& g, const Xbyak::Reg64* group_ptr, int groups,
+                               const Xbyak::Reg64* token_ptr, int tokens, int mg_slot, int nt_slot,
+                               int tile_stride_slot, int group_stride_slot, int x_stride_slot) {
+  using namespace Xbyak::util;
+  g.mov(group_ptr[0], g.qword[rsp + mg_slot]);
+  g.imul(group_ptr[0], g.qword[rsp + tile_stride_slot]);
+  g.add(group_ptr[0], g.qword[rdi + kArgW]);
+  for (int i = 1; i < groups; ++i) {
+    g.mov(group_ptr[i], group_ptr[i - 1]);
+    g.add(group_ptr[i], g.qword[rsp + group_stride_slot]);
+  }
+  g.mov(token_ptr[0], g.qword[rsp + nt_slot]);
+  g.imul(token_ptr[0], g.qword[rsp + x_stride_slot]);
+  g.add(token_ptr[0], g.qword[rdi + kArgX]);
+  for (int t = 1; t < tokens; ++t) {
+    g.mov(token_ptr[t], token_ptr[t - 1]);
+    g.add(token_ptr[t], g.qword[rsp + x_stride_slot]);
+  }
+}
+
+// The stack slots (bytes from rsp) of the chunked tile loop below.
+struct TileLoopSlots {
+  int mg, nt, groups_total, k_end, chunk, chunk_start, chunk_end;
+};
+
+// The Q8_0/4-bit and the float kernels' loops over token chunks, row tiles
+// and token tiles. Tokens go in chunks whose activations ([rsp + k_end] bytes
+// per token) fit in chunk_act_bytes (0: one chunk), rounded down to whole
+// token tiles, so that every row tile re-reads them from L2; then
+// emit_tile_bodies for each tile. Clobbers rax, rcx, rdx.
+inline void emit_chunked_tile_loop(Xbyak::CodeGenerator& g, int groups, int tokens, int64_t chunk_act_bytes,
+                                   const TileLoopSlots& s, const std::function<void(int, int)>& tile_body) {
+  using namespace Xbyak::util;
+  using Xbyak::Label;
+  constexpr auto kNear = Xbyak::CodeGenerator::T_NEAR;
+  Label chunk_ok, chunk_loop, m_loop, n_loop, n_next;
+  g.mov(rax, chunk_act_bytes > 0 ? chunk_act_bytes : int64_t(1) << 62);
+  g.mov(rcx, g.qword[rsp + s.k_end]);
+  g.test(rcx, rcx);
+  g.jz(chunk_ok);
+  g.xor_(edx, edx);
+  g.div(rcx);
+  g.xor_(edx, edx);
+  g.mov(rcx, tokens);
+  g.div(rcx);
+  g.imul(rax, rcx);
+  g.cmp(rax, rcx);
+  g.cmovl(rax, rcx);
+  g.L(chunk_ok);
+  g.mov(g.qword[rsp + s.chunk], rax);
+  g.mov(g.qword[rsp + s.chunk_start], 0);
+
+  g.L(chunk_loop);
+  // chunk_end = min(chunk_start + chunk, n_tokens)
+  g.mov(rax, g.qword[rsp + s.chunk_start]);
+  g.add(rax, g.qword[rsp + s.chunk]);
+  g.mov(rcx, g.qword[rdi + kArgNTokens]);
+  g.cmp(rax, rcx);
+  g.cmovg(rax, rcx);
+  g.mov(g.qword[rsp + s.chunk_end], rax);
+  g.mov(g.qword[rsp + s.mg], 0);
+  g.L(m_loop);
+  g.mov(rax, g.qword[rsp + s.chunk_start]);
+  g.mov(g.qword[rsp + s.nt], rax);
+  g.L(n_loop);
+  emit_tile_bodies(g, groups, tokens, s.groups_total, s.mg, s.nt, g.qword[rsp + s.chunk_end], n_next, tile_body);
+  g.L(n_next);
+  g.mov(rax, g.qword[rsp + s.nt]);
+  g.add(rax, tokens);
+  g.mov(g.qword[rsp + s.nt], rax);
+  g.cmp(rax, g.qword[rsp + s.chunk_end]);
+  g.jl(n_loop, kNear);
+  g.mov(rax, g.qword[rsp + s.mg]);
+  g.add(rax, groups);
+  g.mov(g.qword[rsp + s.mg], rax);
+  g.cmp(rax, g.qword[rsp + s.groups_total]);
+  g.jl(m_loop, kNear);
+  g.mov(rax, g.qword[rsp + s.chunk_end]);
+  g.mov(g.qword[rsp + s.chunk_start], rax);
+  g.cmp(rax, g.qword[rdi + kArgNTokens]);
+  g.jl(chunk_loop, kNear);
+}
 
 // A generator whose kernels end in the matmul epilogue. The args pointer is
 // rdi; the tile's first row group and token are qwords at [rsp + mg_slot] and

@@ -37,6 +37,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "epilogue_generator.h"
 #include "lumen/codegen/kquant_kernel.h"
 #include "lumen/common/internal_error.h"
 #include "lumen/common/numeric.h"
@@ -173,36 +174,8 @@ class KQuantGenerator : public CodeGenerator {
     L(m_loop);
     mov(qword[rsp + kNt], 0);
     L(n_loop);
-    mov(rax, qword[rsp + kGroupsTotal]);
-    sub(rax, qword[rsp + kMg]);
-    mov(rcx, shape_.groups);
-    cmp(rax, rcx);
-    cmovg(rax, rcx);
-    mov(rdx, qword[args_ + kArgNTokens]);
-    sub(rdx, qword[rsp + kNt]);
-    mov(rcx, shape_.tokens);
-    cmp(rdx, rcx);
-    cmovg(rdx, rcx);
-    std::vector<Label> bodies(shape_.groups * shape_.tokens);
-    for (int gc = int(shape_.groups); gc >= 1; --gc) {
-      Label next_g;
-      cmp(rax, gc);
-      jne(next_g, T_NEAR);
-      for (int tc = int(shape_.tokens); tc >= 1; --tc) {
-        cmp(rdx, tc);
-        je(bodies[(gc - 1) * shape_.tokens + (tc - 1)], T_NEAR);
-      }
-      jmp(n_next, T_NEAR);
-      L(next_g);
-    }
-    jmp(n_next, T_NEAR);
-    for (int gc = 1; gc <= shape_.groups; ++gc) {
-      for (int tc = 1; tc <= shape_.tokens; ++tc) {
-        L(bodies[(gc - 1) * shape_.tokens + (tc - 1)]);
-        tile_body(gc, tc);
-        jmp(n_next, T_NEAR);
-      }
-    }
+    detail::emit_tile_bodies(*this, int(shape_.groups), int(shape_.tokens), kGroupsTotal, kMg, kNt, qword[args_ + kArgNTokens], n_next,
+                             [this](int gc, int tc) { tile_body(gc, tc); });
 
     L(n_next);
     mov(rax, qword[rsp + kNt]);
@@ -244,20 +217,7 @@ class KQuantGenerator : public CodeGenerator {
   void tile_body(int gc, int tc) {
     const int pc = gc * mult_;
     token_ptr_ = pointer_regs_ + pc;
-    mov(group_ptr_[0], qword[rsp + kMg]);
-    imul(group_ptr_[0], qword[rsp + kTileStride]);
-    add(group_ptr_[0], qword[args_ + kArgW]);
-    for (int i = 1; i < pc; ++i) {
-      mov(group_ptr_[i], group_ptr_[i - 1]);
-      add(group_ptr_[i], qword[rsp + kGroupStride]);
-    }
-    mov(token_ptr_[0], qword[rsp + kNt]);
-    imul(token_ptr_[0], qword[rsp + kXStrideBytes]);
-    add(token_ptr_[0], qword[args_ + kArgX]);
-    for (int t = 1; t < tc; ++t) {
-      mov(token_ptr_[t], token_ptr_[t - 1]);
-      add(token_ptr_[t], qword[rsp + kXStrideBytes]);
-    }
+    detail::emit_tile_pointers(*this, group_ptr_, pc, token_ptr_, tc, kMg, kNt, kTileStride, kGroupStride, kXStrideBytes);
     const int npairs = pc * halves_ * tc;
     if (facc_mem_) {
       vzero(tT());

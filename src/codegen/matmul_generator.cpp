@@ -143,7 +143,7 @@ class MatMulGenerator : public EpilogueGenerator {
     const Reg64 callee_saved[] = {rbx, rbp, r12, r13, r14, r15};
     for (const Reg64& r : callee_saved) push(r);
     sub(rsp, frame_bytes());
-    Label done, m_loop, n_loop, n_next;
+    Label done;
 
     mov(rax, qword[args_ + kArgMRows]);
     test(rax, rax);
@@ -162,91 +162,9 @@ class MatMulGenerator : public EpilogueGenerator {
     mov(qword[rsp + kKEnd], rcx);
     imul(rcx, qword[args_ + kArgXStride], sizeof(ActBlock));
     mov(qword[rsp + kXStrideBytes], rcx);
-    // chunk = max(tokens, kChunkActBytes / (k_blocks * 40) rounded down to whole tiles).
-    {
-      Label chunk_ok;
-      // Tokens go in chunks whose activations fit in chunk_act_bytes (half of
-      // a 512 KiB+ L2), so every row tile re-reads them from L2.
-      const int64_t chunk_bytes = shape_.chunk_act_bytes > 0 ? shape_.chunk_act_bytes : int64_t(1) << 62;
-      mov(rax, chunk_bytes);
-      mov(rcx, qword[rsp + kKEnd]);
-      test(rcx, rcx);
-      jz(chunk_ok);
-      xor_(edx, edx);
-      div(rcx);
-      xor_(edx, edx);
-      mov(rcx, shape_.tokens);
-      div(rcx);
-      imul(rax, rcx);
-      cmp(rax, rcx);
-      cmovl(rax, rcx);
-      L(chunk_ok);
-      mov(qword[rsp + kChunk], rax);
-    }
-    mov(qword[rsp + kChunkStart], 0);
-
-    Label chunk_loop;
-    L(chunk_loop);
-    // chunk_end = min(chunk_start + chunk, n_tokens)
-    mov(rax, qword[rsp + kChunkStart]);
-    add(rax, qword[rsp + kChunk]);
-    mov(rcx, qword[args_ + kArgNTokens]);
-    cmp(rax, rcx);
-    cmovg(rax, rcx);
-    mov(qword[rsp + kChunkEnd], rax);
-    mov(qword[rsp + kMg], 0);
-
-    L(m_loop);
-    mov(rax, qword[rsp + kChunkStart]);
-    mov(qword[rsp + kNt], rax);
-    L(n_loop);
-    // rax = groups in this tile, rdx = tokens in this tile.
-    mov(rax, qword[rsp + kGroupsTotal]);
-    sub(rax, qword[rsp + kMg]);
-    mov(rcx, shape_.groups);
-    cmp(rax, rcx);
-    cmovg(rax, rcx);
-    mov(rdx, qword[rsp + kChunkEnd]);
-    sub(rdx, qword[rsp + kNt]);
-    mov(rcx, shape_.tokens);
-    cmp(rdx, rcx);
-    cmovg(rdx, rcx);
-    std::vector<Label> bodies(shape_.groups * shape_.tokens);
-    for (int gc = int(shape_.groups); gc >= 1; --gc) {
-      Label next_g;
-      cmp(rax, gc);
-      jne(next_g, T_NEAR);
-      for (int tc = int(shape_.tokens); tc >= 1; --tc) {
-        cmp(rdx, tc);
-        je(bodies[(gc - 1) * shape_.tokens + (tc - 1)], T_NEAR);
-      }
-      jmp(n_next, T_NEAR);
-      L(next_g);
-    }
-    jmp(n_next, T_NEAR);
-    for (int gc = 1; gc <= shape_.groups; ++gc) {
-      for (int tc = 1; tc <= shape_.tokens; ++tc) {
-        L(bodies[(gc - 1) * shape_.tokens + (tc - 1)]);
-        tile_body(gc, tc);
-        jmp(n_next, T_NEAR);
-      }
-    }
-
-    L(n_next);
-    mov(rax, qword[rsp + kNt]);
-    add(rax, shape_.tokens);
-    mov(qword[rsp + kNt], rax);
-    cmp(rax, qword[rsp + kChunkEnd]);
-    jl(n_loop, T_NEAR);
-    mov(rax, qword[rsp + kMg]);
-    add(rax, shape_.groups);
-    mov(qword[rsp + kMg], rax);
-    cmp(rax, qword[rsp + kGroupsTotal]);
-    jl(m_loop, T_NEAR);
-    mov(rax, qword[rsp + kChunkEnd]);
-    mov(qword[rsp + kChunkStart], rax);
-    cmp(rax, qword[args_ + kArgNTokens]);
-    jl(chunk_loop, T_NEAR);
+    detail::emit_chunked_tile_loop(*this, int(shape_.groups), int(shape_.tokens), shape_.chunk_act_bytes,
+                                   {kMg, kNt, kGroupsTotal, kKEnd, kChunk, kChunkStart, kChunkEnd},
+                                   [this](int gc, int tc) { tile_body(gc, tc); });
 
     L(done);
     vzeroupper();
@@ -276,21 +194,7 @@ class MatMulGenerator : public EpilogueGenerator {
   void tile_body(int gc, int tc) {
     const int pc = gc * int(mult_);
     token_ptr_ = pointer_regs_ + pc;
-    // Group pointers: w + mg * tile_stride + i * group_stride.
-    mov(group_ptr_[0], qword[rsp + kMg]);
-    imul(group_ptr_[0], qword[rsp + kTileStride]);
-    add(group_ptr_[0], qword[args_ + kArgW]);
-    for (int i = 1; i < pc; ++i) {
-      mov(group_ptr_[i], group_ptr_[i - 1]);
-      add(group_ptr_[i], qword[rsp + kGroupStride]);
-    }
-    mov(token_ptr_[0], qword[rsp + kNt]);
-    imul(token_ptr_[0], qword[rsp + kXStrideBytes]);
-    add(token_ptr_[0], qword[args_ + kArgX]);
-    for (int t = 1; t < tc; ++t) {
-      mov(token_ptr_[t], token_ptr_[t - 1]);
-      add(token_ptr_[t], qword[rsp + kXStrideBytes]);
-    }
+    detail::emit_tile_pointers(*this, group_ptr_, pc, token_ptr_, tc, kMg, kNt, kTileStride, kGroupStride, kXStrideBytes);
     const int nacc = pc * int(halves_) * tc;
     if (facc_mem_) {
       vpxor_all(tmp_w());
