@@ -21,33 +21,21 @@
 #include "lumen/common/numeric.h"
 #include "lumen/passes/passes.h"
 #include "lumen/target/weight_formats.h"
+#include "support/kernel_test.h"
 
 namespace lumen::codegen {
 namespace {
+
+using test::kAllEpilogues;
+using test::kPoisonBits;
+using test::runnable_isas;
+using test::kernel;
 
 using ops::DType;
 using program::Epilogue;
 using program::KernelId;
 
-constexpr uint32_t kPoisonBits = 0x7FC0DEADu;
-const Epilogue kAllEpilogues[] = {Epilogue::None, Epilogue::Bias, Epilogue::Residual, Epilogue::BiasResidual,
-                                  Epilogue::SiluMul};
 const DType kFormats[] = {DType::F16, DType::BF16, DType::F32};
-
-std::vector<Isa> runnable_isas() {
-  std::vector<Isa> isas;
-  for (Isa isa : kAllIsas)
-    if ((cpu_features() & required_features(isa)) == required_features(isa)) isas.push_back(isa);
-  return isas;
-}
-
-// Through the generation entry point, as model.so emission calls it.
-const JitKernel& kernel(Isa isa, const KernelId& id) {
-  static std::map<std::tuple<Isa, KernelId>, std::unique_ptr<JitKernel>> cache;
-  auto& slot = cache[{isa, id}];
-  if (!slot) slot = std::make_unique<JitKernel>(isa, id);
-  return *slot;
-}
 
 // bf16 by round to nearest even (as ggml's fp32 -> bf16).
 uint16_t to_bf16(float f) {

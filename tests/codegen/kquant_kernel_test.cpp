@@ -28,36 +28,23 @@
 #include "lumen/target/weight_formats.h"
 #include "lumen/target/act_quant.h"
 #include "lumen/target/packed_kquant.h"
+#include "support/kernel_test.h"
 
 namespace lumen::codegen {
 namespace {
+
+using test::kAllEpilogues;
+using test::kPoisonBits;
+using test::runnable_isas;
+using test::kernel;
 
 using ops::DType;
 using program::Epilogue;
 using program::KernelId;
 
-constexpr uint32_t kPoisonBits = 0x7FC0DEADu;
-const Epilogue kAllEpilogues[] = {Epilogue::None, Epilogue::Bias, Epilogue::Residual, Epilogue::BiasResidual,
-                                  Epilogue::SiluMul};
 const DType kTypes[] = {DType::Q4_K, DType::Q5_K, DType::Q6_K};
 // The 32-wide types the k-quant GEMM runs on expanded rows (has_expanded_kquant).
 const DType kExpanded32Types[] = {DType::Q4_1, DType::Q5_1};
-
-std::vector<Isa> runnable_isas() {
-  std::vector<Isa> isas;
-  for (Isa isa : kAllIsas) {
-    if ((cpu_features() & required_features(isa)) == required_features(isa)) isas.push_back(isa);
-  }
-  return isas;
-}
-
-// Through the generation entry point, as model.so emission calls it.
-const JitKernel& kernel(Isa isa, const KernelId& id) {
-  static std::map<std::tuple<Isa, KernelId>, std::unique_ptr<JitKernel>> cache;
-  auto& slot = cache[{isa, id}];
-  if (!slot) slot = std::make_unique<JitKernel>(isa, id);
-  return *slot;
-}
 
 // ggml's get_scale_min_k4, transcribed.
 void scale_min_k4(const uint8_t* scales, int j, int* sc, int* m) {

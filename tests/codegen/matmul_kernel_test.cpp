@@ -20,25 +20,19 @@
 #include "lumen/target/weight_formats.h"
 #include "lumen/target/kernel_abi.h"
 #include "support/tolerances.h"
+#include "support/kernel_test.h"
 
 namespace lumen::codegen {
 namespace {
+
+using test::kAllEpilogues;
+using test::kPoisonBits;
+using test::runnable_isas;
 
 using program::Epilogue;
 using program::KernelId;
 using program::KernelKind;
 
-constexpr uint32_t kPoisonBits = 0x7FC0DEADu;  // a NaN with a payload the kernels never produce
-const Epilogue kAllEpilogues[] = {Epilogue::None, Epilogue::Bias, Epilogue::Residual, Epilogue::BiasResidual,
-                                  Epilogue::SiluMul};
-
-std::vector<Isa> runnable_isas() {
-  std::vector<Isa> isas;
-  for (Isa isa : kAllIsas) {
-    if ((cpu_features() & required_features(isa)) == required_features(isa)) isas.push_back(isa);
-  }
-  return isas;
-}
 
 // `kernel`, or when its GEMM tile does not fit `isa`, the tile with fewer
 // tokens (then fewer rows) that does: the cases below name tiles for 32

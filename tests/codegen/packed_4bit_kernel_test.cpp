@@ -19,33 +19,21 @@
 #include "lumen/target/kernel_abi.h"
 #include "lumen/target/weight_formats.h"
 #include "support/tolerances.h"
+#include "support/kernel_test.h"
 
 namespace lumen::codegen {
 namespace {
+
+using test::kAllEpilogues;
+using test::kPoisonBits;
+using test::runnable_isas;
+using test::kernel;
 
 using ops::DType;
 using program::Epilogue;
 using program::KernelId;
 
-constexpr uint32_t kPoisonBits = 0x7FC0DEADu;
-constexpr Epilogue kAllEpilogues[] = {Epilogue::None, Epilogue::Bias, Epilogue::Residual, Epilogue::BiasResidual,
-                                      Epilogue::SiluMul};
 constexpr DType kFormats[] = {DType::Q4_0, DType::Q5_0, DType::Q4_1, DType::Q5_1, DType::IQ4_NL, DType::IQ4_XS};
-
-std::vector<Isa> runnable_isas() {
-  std::vector<Isa> isas;
-  for (Isa isa : kAllIsas) {
-    if ((cpu_features() & required_features(isa)) == required_features(isa)) isas.push_back(isa);
-  }
-  return isas;
-}
-
-const JitKernel& kernel(Isa isa, const KernelId& id) {
-  static std::map<std::pair<Isa, KernelId>, std::unique_ptr<JitKernel>> cache;
-  auto& slot = cache[{isa, id}];
-  if (!slot) slot = std::make_unique<JitKernel>(isa, id);
-  return *slot;
-}
 
 // ggml's dequantize_row_q4_0 / q5_0 / q4_1 / q5_1 / iq4_nl / iq4_xs
 // (ggml-quants.c), one block (IQ4_XS: 256 values).
