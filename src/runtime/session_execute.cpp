@@ -162,22 +162,49 @@ void Session::Impl::run_attention(const ROp& r, int64_t layer, int64_t n) {
   });
 }
 
+// What a row-local op's rows read besides their views, resolved once per
+// op and layer before its rows run (row_inputs), not per row.
+Session::Impl::RowInputs Session::Impl::row_inputs(const ROp& r, int64_t layer) const {
+  const Op& op = *r.op;
+  RowInputs in;
+  const gguf::TensorInfo* t = op.weights.empty() ? nullptr : tensor(op.weights[0], layer);
+  if (t != nullptr) in.weight = t->data;
+  switch (op.kind) {
+    case OpId::Embed:
+      in.table_stride = static_cast<int64_t>(t->n_bytes) / t->ne[1];
+      // The table may be of any weight type (the plan checked it is one).
+      in.table_type = *::lumen::ops::dtype_of_ggml(static_cast<uint32_t>(t->type));
+      break;
+    case OpId::RmsNorm:
+    case OpId::RmsNormQuant:
+    case OpId::Quantize:
+    case OpId::Rope:
+    case OpId::Add:
+    case OpId::Mul:
+    case OpId::Silu:
+    case OpId::SiluMul:
+    case OpId::Softmax: break;
+    default:
+      // An element-wise op with a row kernel: kernels.h says which ops have one.
+      in.row_kernel = kernels::row_kernel(op.kind);
+      LUMEN_ASSERT(in.row_kernel != nullptr && ::lumen::ops::row(op.kind).row_local,
+                   std::string("no row kernel runs ") + ::lumen::ops::id_name(op.kind));
+      break;
+  }
+  return in;
+}
+
 // One row of a row-local op (the op list's row_local): the same arithmetic
 // whether the op runs alone or in a row run.
-void Session::Impl::run_row(const ROp& r, int64_t layer, int64_t i, int thread) {
+void Session::Impl::run_row(const ROp& r, const RowInputs& in, int64_t i, int thread) {
   const Op& op = *r.op;
+  const float* w = reinterpret_cast<const float*>(in.weight);  // the f32 weight of a norm, rope, add or mul
   switch (op.kind) {
-    case OpId::Embed: {
-      const gguf::TensorInfo* t = tensor(op.weights[0], layer);
-      const int64_t stride = static_cast<int64_t>(t->n_bytes) / t->ne[1];
-      // The table may be of any weight type (the plan checked it is one).
-      const DType type = *::lumen::ops::dtype_of_ggml(static_cast<uint32_t>(t->type));
-      quant::dequantize_row(type, t->data + *r.in[0].i32(i) * stride, r.out.f32(i), r.out.cols);
+    case OpId::Embed:
+      quant::dequantize_row(in.table_type, in.weight + *r.in[0].i32(i) * in.table_stride, r.out.f32(i), r.out.cols);
       break;
-    }
     case OpId::RmsNorm:
     case OpId::RmsNormQuant: {
-      const float* w = reinterpret_cast<const float*>(tensor(op.weights[0], layer)->data);
       const int64_t cols = r.in[0].cols, group = r.head_dim;
       if (op.kind == OpId::RmsNorm) {
         for (int64_t c = 0; c < cols; c += group) kernels::rms_norm(r.in[0].f32(i) + c, w, r.out.f32(i) + c, group, r.eps);
@@ -191,12 +218,10 @@ void Session::Impl::run_row(const ROp& r, int64_t layer, int64_t i, int thread) 
     case OpId::Quantize: quantize_act(r.in[0].f32(i), r.out.act(i), r.in[0].cols); break;
     case OpId::Rope: {
       const RView& target = r.out.buffer >= 0 ? r.out : r.in[0];
-      const gguf::TensorInfo* factors = op.weights.empty() ? nullptr : tensor(op.weights[0], layer);
-      const float* freq_factors = factors != nullptr ? reinterpret_cast<const float*>(factors->data) : nullptr;
       float* x = target.f32(i);
       if (!target.same_place(r.in[0])) std::memcpy(x, r.in[0].f32(i), static_cast<size_t>(r.in[0].cols) * sizeof(float));
       float* cos_sin = scratch[static_cast<size_t>(thread)].cos_sin.data();
-      kernels::rope_angles(row_pos[static_cast<size_t>(i)], r.head_dim, r.rope_base, cos_sin, freq_factors);
+      kernels::rope_angles(row_pos[static_cast<size_t>(i)], r.head_dim, r.rope_base, cos_sin, w);  // w: freq factors
       kernels::rope(x, r.n_heads, r.head_dim, cos_sin, op.rope_mode);
       break;
     }
@@ -204,7 +229,6 @@ void Session::Impl::run_row(const ROp& r, int64_t layer, int64_t i, int thread) 
     case OpId::Mul:
     case OpId::Silu:
     case OpId::SiluMul: {
-      const float* w = !op.weights.empty() ? reinterpret_cast<const float*>(tensor(op.weights[0], layer)->data) : nullptr;
       const int64_t cols = r.in[0].cols;
       const float* a = r.in[0].f32(i);
       const float* b = r.in.size() > 1 ? r.in[1].f32(i) : w;
@@ -220,14 +244,7 @@ void Session::Impl::run_row(const ROp& r, int64_t layer, int64_t i, int thread) 
       break;
     }
     case OpId::Softmax: kernels::softmax_row(r.in[0].f32(i), r.out.f32(i), r.in[0].cols); break;
-    default: {
-      // An element-wise op with a row kernel: kernels.h says which ops have one.
-      const kernels::RowKernel* k = kernels::row_kernel(op.kind);
-      LUMEN_ASSERT(k != nullptr && ::lumen::ops::row(op.kind).row_local,
-                   std::string("no row kernel runs ") + ::lumen::ops::id_name(op.kind));
-      k->run(r.in[0].f32(i), r.out.f32(i), r.in[0].cols, r.scalar);
-      break;
-    }
+    default: in.row_kernel->run(r.in[0].f32(i), r.out.f32(i), r.in[0].cols, r.scalar); break;
   }
 }
 
@@ -246,7 +263,11 @@ void Session::Impl::run_op(const ROp& r, Section section, size_t index, int64_t 
       std::memmove(r.out.f32(0), r.in[0].f32(take_row), static_cast<size_t>(r.in[0].cols) * sizeof(float));
       break;
     case OpId::View: LUMEN_INTERNAL_ERROR("a view in the program (its reader refuses one)");
-    default: pool->parallel_for(rows, [&](int64_t i, int thread) { run_row(r, layer, i, thread); }); break;
+    default: {
+      const RowInputs in = row_inputs(r, layer);
+      pool->parallel_for(rows, [&](int64_t i, int thread) { run_row(r, in, i, thread); });
+      break;
+    }
   }
   if (options.profile) {
     // A matmul's time goes to the kernel its layer ran (layers differ in format).
@@ -267,9 +288,12 @@ void Session::Impl::run_row_run(const std::vector<ROp>& ops, size_t first, int64
   const ROp* attention = end < ops.size() && ops[end].kv_stored_by_run ? &ops[end] : nullptr;
   const int64_t rows = ops[first].in[0].rows;
   const size_t width = end - first + 1;
+  std::vector<RowInputs> inputs;
+  inputs.reserve(end - first);
+  for (size_t j = first; j < end; ++j) inputs.push_back(row_inputs(ops[j], layer));
   if (!options.profile) {
     pool->parallel_for(rows, [&](int64_t i, int thread) {
-      for (size_t j = first; j < end; ++j) run_row(ops[j], layer, i, thread);
+      for (size_t j = first; j < end; ++j) run_row(ops[j], inputs[j - first], i, thread);
       if (attention != nullptr) store_kv_row(*attention, layer, i);
     });
     return;
@@ -281,7 +305,7 @@ void Session::Impl::run_row_run(const std::vector<ROp>& ops, size_t first, int64
     double* mine = spent.data() + static_cast<size_t>(thread) * width;
     Clock::time_point t0 = Clock::now();
     for (size_t j = first; j <= end; ++j) {
-      if (j < end) run_row(ops[j], layer, i, thread);
+      if (j < end) run_row(ops[j], inputs[j - first], i, thread);
       else if (attention != nullptr) store_kv_row(*attention, layer, i);
       const Clock::time_point t1 = Clock::now();
       mine[j - first] += std::chrono::duration<double>(t1 - t0).count();
@@ -315,10 +339,9 @@ void Session::Impl::forward(const Plan& plan, std::span<const int32_t> tokens, s
   for (int64_t layer = 0; layer < bound.n_layers; ++layer) {
     for (size_t i = 0; i < layer_ops.size();) {
       const ROp& r = layer_ops[i];
-      const size_t run = static_cast<size_t>(r.row_run);
-      if (run > 1 || (run == 1 && i + 1 < layer_ops.size() && layer_ops[i + 1].kv_stored_by_run)) {
+      if (r.starts_row_run) {
         run_row_run(layer_ops, i, layer);
-        i += run;
+        i += static_cast<size_t>(r.row_run);
       } else {
         if (!r.folded_into_producer) run_op(r, Section::Layer, i, layer, n - 1);
         ++i;

@@ -14,6 +14,7 @@
 
 #include "kv_cache.h"
 #include "lumen/runtime/binding.h"
+#include "lumen/runtime/kernels.h"
 #include "lumen/runtime/session.h"
 #include "lumen/runtime/thread_pool.h"
 #include "lumen/target/page_buffer.h"
@@ -105,7 +106,17 @@ struct Session::Impl {
   void run_hidden(const Plan& plan, std::span<const int64_t> rows, float* out);
   void run_post(const Plan& plan, std::span<const int64_t> kept, float* out);
   void run_op(const ROp& r, program::Section section, size_t index, int64_t layer, int64_t take_row);
-  void run_row(const ROp& r, int64_t layer, int64_t row, int thread);
+  // What a row-local op reads besides its views, for one layer: its weight
+  // (a norm's or mul's f32 vector, rope's frequency factors, an embedding
+  // table with its row stride and type), or its row kernel.
+  struct RowInputs {
+    const uint8_t* weight = nullptr;
+    int64_t table_stride = 0;
+    program::DType table_type = program::DType::F32;
+    const kernels::RowKernel* row_kernel = nullptr;
+  };
+  RowInputs row_inputs(const ROp& r, int64_t layer) const;
+  void run_row(const ROp& r, const RowInputs& in, int64_t row, int thread);
   void run_row_run(const std::vector<ROp>& ops, size_t first, int64_t layer);
   void store_kv_row(const ROp& attention, int64_t layer, int64_t t);
   void run_matmul(const ROp& r, const ROp::MatMulKernel& k, const PackedMatMul& mm, int64_t n);

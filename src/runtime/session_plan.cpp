@@ -85,6 +85,7 @@ void mark_row_runs(std::vector<ROp>& ops) {
                            ops[end].in[1].rows == ops[i].in[0].rows && ops[end].in[2].rows == ops[i].in[0].rows;
     if (end - i > 1 || attention) {
       ops[i].row_run = static_cast<int>(end - i);
+      ops[i].starts_row_run = true;
       for (size_t j = i + 1; j < end; ++j) ops[j].row_run = 0;
       if (attention) ops[end].kv_stored_by_run = true;
     }
@@ -101,7 +102,7 @@ void mark_folded_quantize(std::vector<ROp>& ops) {
   for (size_t i = 1; i < ops.size(); ++i) {
     ROp& q = ops[i];
     ROp& producer = ops[i - 1];
-    if (q.op->kind != OpId::Quantize || q.row_run != 1 || q.in.size() != 1 || producer.out.buffer < 0) continue;
+    if (q.op->kind != OpId::Quantize || q.row_run != 1 || q.starts_row_run || q.in.size() != 1 || producer.out.buffer < 0) continue;
     const RView& x = q.in[0];
     if (!x.same_place(producer.out) || x.cols != producer.out.cols || x.rows != producer.out.rows ||
         producer.quantizes_output || x.cols % kQ8Block != 0)

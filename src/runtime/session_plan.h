@@ -56,6 +56,7 @@ struct ROp {
   // K/V store done by the run's rows (kv_stored_by_run): a run of one op
   // before it is a run too.
   int row_run = 1;
+  bool starts_row_run = false;  // the first op of a run (a run of one before an Attention too)
   bool kv_stored_by_run = false;
   // A Quantize right after a MatMul or an Attention, of exactly its output,
   // whose tasks each write whole 32-column blocks (mark_folded_quantize):
