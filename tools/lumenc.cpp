@@ -16,6 +16,7 @@
 #include "lumen/ir/text.h"
 #include "lumen/passes/passes.h"
 #include "lumen/program/program.h"
+#include "lumen/target/cpu_tune.h"
 #include "lumen/target/isa.h"
 
 namespace {
@@ -71,6 +72,16 @@ lumen::Isa parse_target(const std::string& target) {
   if (target == "avx-vnni") return lumen::Isa::AvxVnni;
   if (target == "avx2") return lumen::Isa::Avx2;
   return lumen::best_isa(lumen::cpu_features());  // "native"
+}
+
+// --tune NAME; without it, `native` with --target native (as -march=native
+// implies -mtune=native) and generic with a named ISA, whose model.so may
+// run on any CPU of that ISA.
+lumen::CpuTune parse_tune(const std::string& tune, const std::string& target) {
+  if (tune.empty()) return target == "native" ? lumen::host_cpu_tune() : lumen::CpuTune::Generic;
+  if (tune == "native") return lumen::host_cpu_tune();
+  if (const std::optional<lumen::CpuTune> t = lumen::parse_cpu_tune(tune)) return *t;
+  throw Failure("--tune '" + tune + "' is not one of " + lumen::cpu_tune_names() + ", native");
 }
 
 }  // namespace
@@ -153,9 +164,14 @@ int main(int argc, char** argv) {
   compile->add_option("-o,--output", output, "the shared object to write")->required();
   add_target(compile);
   add_weights(compile);
+  std::string tune;
+  compile->add_option("--tune", tune,
+                      "tune the kernels' speed for a CPU, never their results: " + lumen::cpu_tune_names() +
+                          ", or native (this CPU's; default with --target native, else generic)");
   compile->footer(
       "Examples:\n"
       "  lumenc compile dsl/qwen2.dsl -o qwen2.so --target avx2\n"
+      "  lumenc compile dsl/qwen2.dsl -o qwen2.so --target avx512-vnni --tune zen4\n"
       "  lumenc compile dsl/qwen2.dsl --weights qwen2.5-0.5b-q4_k_m.gguf -o qwen2-q4_k_m.so\n");
 
   try {
@@ -178,6 +194,7 @@ int main(int argc, char** argv) {
   return lumen::run_tool("lumenc", [&]() -> int {
     lumen::driver::Options options;
     options.target = parse_target(target);
+    options.tune = parse_tune(tune, target);
     if (!weights.empty()) options.weight_types = lumen::cli::weight_types_of(lumen::gguf::File::open(weights));
     std::map<std::string, double> values;
     bool all = false;

@@ -442,8 +442,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   Isa isa;
+  CpuTune tune = CpuTune::Generic;  // the GEMV shapes' (LUMEN_CPU_TUNE=generic to compare)
   try {
     isa = best_isa(cpu_features());
+    tune = host_cpu_tune();
   } catch (const std::exception& e) {
     fmt::print(stderr, "lumen-bench-kernels: {}\n", e.what());
     return 1;
@@ -503,7 +505,8 @@ int main(int argc, char** argv) {
   const ops::DType weight_type = *format;
   const bool kquant = has_packed_kquant(weight_type);
   auto tile_name = [](const KernelId& k) { return fmt::format("m{}n{}", k.tile_m, k.tile_n); };
-  fmt::print("cpu: {}\nisa: {}\nformat: {}\n", cpu_feature_names(cpu_features()), to_string(isa), format_name);
+  fmt::print("cpu: {}\nisa: {}\ntune: {}\nformat: {}\n", cpu_feature_names(cpu_features()), to_string(isa), to_string(tune),
+             format_name);
 
   const Shape shapes[] = {
       {"qkv 896x1152", 1152, 896, Epilogue::Bias},
@@ -536,7 +539,7 @@ int main(int argc, char** argv) {
         for (auto& v : x) v = normal(rng);
         std::vector<float> y(size_t(pp_n * s.m), 0.0f), bias(size_t(s.m), 0.5f);
         const KernelId gemv = KernelId::gemv(s.epilogue, weight_type);
-        KernelShape gemv_shape = codegen::kernel_shape(isa, gemv);
+        KernelShape gemv_shape = codegen::kernel_shape(isa, gemv, tune);
         if (prefetch >= 0) gemv_shape.prefetch_bytes = prefetch;
         if (gemv_groups > 0) gemv_shape.groups = gemv_groups;
         JitKernel gemv_kernel(codegen::generate_matmul_kernel(isa, gemv, gemv_shape));
@@ -572,7 +575,7 @@ int main(int argc, char** argv) {
         const std::vector<ActBlock> x = make_acts(8, s.k);
         std::vector<float> y(8 * s.m, 0.0f), bias(s.m, 0.5f);
         const KernelId gemv = KernelId::gemv(s.epilogue, weight_type), batch = KernelId::batch(s.epilogue, weight_type);
-        codegen::KQuantShape gemv_shape = codegen::kquant_kernel_shape(isa, gemv);
+        codegen::KQuantShape gemv_shape = codegen::kquant_kernel_shape(isa, gemv, tune);
         if (prefetch >= 0) gemv_shape.prefetch_bytes = prefetch;
         JitKernel gemv_kernel(codegen::generate_kquant_kernel(isa, gemv, gemv_shape));
         JitKernel batch_kernel(isa, batch);
@@ -624,7 +627,7 @@ int main(int argc, char** argv) {
                                       kquant_int_accumulators(weight_type), mem))
                   continue;
                 const KernelId id = KernelId::gemm(s.epilogue, 16 * g, tok, weight_type);
-                codegen::KQuantShape shape = codegen::kquant_kernel_shape(isa, id);
+                codegen::KQuantShape shape = codegen::kquant_kernel_shape(isa, id, tune);
                 shape.fp32_acc_in_memory = mem;
                 JitKernel k(codegen::generate_kquant_kernel(isa, id, shape));
                 const int64_t rows = std::max<int64_t>(16 * g, (64 + 16 * g - 1) / (16 * g) * (16 * g));
@@ -662,7 +665,7 @@ int main(int argc, char** argv) {
         const KernelId n8 = KernelId::gemm(s.epilogue, 16, 8);
         std::unique_ptr<JitKernel> n8_kernel;
         if (program::fits(n8, isa)) {
-          KernelShape n8_shape = codegen::kernel_shape(isa, n8);
+          KernelShape n8_shape = codegen::kernel_shape(isa, n8, tune);
           if (gemm_prefetch >= 0) n8_shape.prefetch_bytes = gemm_prefetch;
           n8_kernel = std::make_unique<JitKernel>(codegen::generate_matmul_kernel(isa, n8, n8_shape));
         }
@@ -711,7 +714,7 @@ int main(int argc, char** argv) {
       const std::vector<ActBlock> x = make_acts(max_n, s.k);
       std::vector<float> y(max_n * s.m, 0.0f), bias(s.m, 0.5f);
       const KernelId gemv = KernelId::gemv(s.epilogue, *format);
-      KernelShape gemv_shape = codegen::kernel_shape(isa, gemv);
+      KernelShape gemv_shape = codegen::kernel_shape(isa, gemv, tune);
       if (prefetch >= 0) gemv_shape.prefetch_bytes = prefetch;
       if (gemv_groups > 0) gemv_shape.groups = gemv_groups;
       if (gemv_acc_in_memory) gemv_shape.fp32_acc_in_memory = true;
@@ -753,7 +756,7 @@ int main(int argc, char** argv) {
             window);
       }
       const KernelId gemm = gemm_id(s.epilogue).value();
-      KernelShape gemm_shape = codegen::kernel_shape(isa, gemm);
+      KernelShape gemm_shape = codegen::kernel_shape(isa, gemm, tune);
       if (gemm_prefetch >= 0) gemm_shape.prefetch_bytes = gemm_prefetch;
       JitKernel gemm_kernel(codegen::generate_matmul_kernel(isa, gemm, gemm_shape));
       const double macs_per_token = double(s.m) * double(s.k) * (s.epilogue == Epilogue::SiluMul ? 2 : 1);
@@ -820,7 +823,7 @@ int main(int argc, char** argv) {
     for (int64_t pf : {0, 1088, 2176, 4352, 8704, 17408}) {
       if (sweep != "gemv") break;
       const KernelId gemv = KernelId::gemv(down.epilogue);
-      KernelShape shape = codegen::kernel_shape(isa, gemv);
+      KernelShape shape = codegen::kernel_shape(isa, gemv, tune);
       shape.prefetch_bytes = pf;
       JitKernel k(codegen::generate_matmul_kernel(isa, gemv, shape));
       const double t = time_matmul(pool, k.fn(), w, down, x, y, bias, 1, 1, window);
@@ -830,7 +833,7 @@ int main(int argc, char** argv) {
       for (bool in_memory : {false, true}) {
         if (sweep != "gemv" || (in_memory && !is_ymm_isa(isa))) break;
         const KernelId gemv = KernelId::gemv(down.epilogue);
-        KernelShape shape = codegen::kernel_shape(isa, gemv);
+        KernelShape shape = codegen::kernel_shape(isa, gemv, tune);
         shape.groups = groups;
         shape.fp32_acc_in_memory = in_memory;
         if (!tile_fits(isa, groups * (down.epilogue == Epilogue::SiluMul ? 2 : 1), 1, in_memory)) continue;
@@ -843,7 +846,7 @@ int main(int argc, char** argv) {
     for (int64_t chunk : {int64_t(0), int64_t(64) << 10, int64_t(256) << 10, int64_t(1) << 20}) {
       if (sweep != "gemm") break;
       const KernelId spec = gemm_id(Epilogue::Residual).value();
-      KernelShape shape = codegen::kernel_shape(isa, spec);
+      KernelShape shape = codegen::kernel_shape(isa, spec, tune);
       shape.chunk_act_bytes = chunk;
       JitKernel k(codegen::generate_matmul_kernel(isa, spec, shape));
       const double t = time_matmul(pool, k.fn(), w, down, x, y, bias, 512, 512, window);
@@ -854,7 +857,7 @@ int main(int argc, char** argv) {
       if (sweep != "gemm" || !is_ymm_isa(isa)) break;
       if (!tile_fits(isa, groups, tokens, true)) continue;
       const KernelId spec = gemm_id(Epilogue::Residual).value();
-      KernelShape shape = codegen::kernel_shape(isa, spec);
+      KernelShape shape = codegen::kernel_shape(isa, spec, tune);
       shape.groups = groups;
       shape.tokens = tokens;
       shape.fp32_acc_in_memory = true;

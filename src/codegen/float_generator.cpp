@@ -183,7 +183,7 @@ class FloatGenerator : public EpilogueGenerator {
 
 bool is_float_kernel(const program::KernelId& kernel) { return is_float_format(kernel.weight); }
 
-KernelShape float_kernel_shape(Isa isa, const program::KernelId& kernel) {
+KernelShape float_kernel_shape(Isa isa, const program::KernelId& kernel, CpuTune tune) {
   LUMEN_ASSERT(is_float_kernel(kernel), "no float kernel " + program::to_string(kernel));
   std::string why;
   LUMEN_ASSERT(program::fits(kernel, isa, &why), "kernel " + program::to_string(kernel) + ": " + why);
@@ -199,6 +199,7 @@ KernelShape float_kernel_shape(Isa isa, const program::KernelId& kernel) {
   // Eight columns' lines (one iteration) per stream, 8 iterations ahead.
   shape.prefetch_bytes = 8 * kUnroll * kPackRows * float_element_bytes(kernel.weight);
   if (kernel.kind == KernelKind::Gemv) {
+    if (!gemv_prefetch(tune)) shape.prefetch_bytes = 0;
     // The Q8_0 GEMV's streams: 4 packed groups on zmm, 2 on ymm (two halves each).
     shape.groups = std::max<int64_t>(1, (is_ymm_isa(isa) ? 2 : 4) / mult);
     return shape;

@@ -9,8 +9,8 @@
 
 namespace lumen::codegen {
 
-KernelShape kernel_shape(Isa isa, const program::KernelId& kernel) {
-  if (is_float_kernel(kernel)) return float_kernel_shape(isa, kernel);
+KernelShape kernel_shape(Isa isa, const program::KernelId& kernel, CpuTune tune) {
+  if (is_float_kernel(kernel)) return float_kernel_shape(isa, kernel, tune);
   std::string why;
   LUMEN_ASSERT(program::fits(kernel, isa, &why), "kernel " + program::to_string(kernel) + ": " + why);
   const int64_t halves = vectors_per_group(isa);
@@ -21,9 +21,9 @@ KernelShape kernel_shape(Isa isa, const program::KernelId& kernel) {
     constexpr int64_t kGemvPackedGroups = 4;
     shape.tokens = 1;
     shape.groups = std::max<int64_t>(1, std::min(kGemvPackedGroups, max_accumulators(isa) / halves) / mult);
-    // Four blocks ahead on every weight stream: end to end decode at 1 and 2
-    // threads gained 4-5% over no software prefetch (docs/kernels.md).
-    shape.prefetch_bytes = 4 * packed_block_bytes(kernel.weight);
+    // Four blocks ahead on every weight stream where the tuning prefetches
+    // (cpu_tune.h: its measurements).
+    if (gemv_prefetch(tune)) shape.prefetch_bytes = 4 * packed_block_bytes(kernel.weight);
     return shape;
   }
   if (kernel.kind == program::KernelKind::Batch) {

@@ -672,7 +672,7 @@ bool is_kquant_kernel(const program::KernelId& kernel) {
   return has_packed_kquant(kernel.weight) || (kernel.kind == KernelKind::Gemm && has_expanded_kquant(kernel.weight));
 }
 
-KQuantShape kquant_kernel_shape(Isa isa, const program::KernelId& kernel) {
+KQuantShape kquant_kernel_shape(Isa isa, const program::KernelId& kernel, CpuTune tune) {
   LUMEN_ASSERT(is_kquant_kernel(kernel), "no k-quant kernel " + program::to_string(kernel));
   const DType t = kernel.weight;
   const int mult = mult_of(kernel.epilogue);
@@ -688,6 +688,7 @@ KQuantShape kquant_kernel_shape(Isa isa, const program::KernelId& kernel) {
   // One super-block ahead on every weight stream (about the Q8_0 kernels' 2176 B).
   shape.prefetch_bytes = packed_kquant_super_bytes(t);
   if (kernel.kind == KernelKind::Gemv) {
+    if (!gemv_prefetch(tune)) shape.prefetch_bytes = 0;
     // The Q8_0 GEMV's streams: 4 packed groups (2 of two ymm halves).
     shape.groups = std::max(1, (is_ymm_isa(isa) ? 2 : 4) / mult);
     return shape;
@@ -718,8 +719,8 @@ std::vector<uint8_t> generate_kquant_kernel(Isa isa, const program::KernelId& ke
   return std::vector<uint8_t>(code, code + gen.getSize());
 }
 
-std::vector<uint8_t> generate_kquant_kernel(Isa isa, const program::KernelId& kernel) {
-  return generate_kquant_kernel(isa, kernel, kquant_kernel_shape(isa, kernel));
+std::vector<uint8_t> generate_kquant_kernel(Isa isa, const program::KernelId& kernel, CpuTune tune) {
+  return generate_kquant_kernel(isa, kernel, kquant_kernel_shape(isa, kernel, tune));
 }
 
 }  // namespace lumen::codegen

@@ -521,9 +521,9 @@ std::vector<uint8_t> generate_matmul_kernel(Isa isa, const program::KernelId& ke
   return std::vector<uint8_t>(code, code + gen.getSize());
 }
 
-std::vector<uint8_t> generate_matmul_kernel(Isa isa, const program::KernelId& kernel) {
-  if (is_kquant_kernel(kernel)) return generate_kquant_kernel(isa, kernel);
-  return generate_matmul_kernel(isa, kernel, kernel_shape(isa, kernel));
+std::vector<uint8_t> generate_matmul_kernel(Isa isa, const program::KernelId& kernel, CpuTune tune) {
+  if (is_kquant_kernel(kernel)) return generate_kquant_kernel(isa, kernel, tune);
+  return generate_matmul_kernel(isa, kernel, kernel_shape(isa, kernel, tune));
 }
 
 }  // namespace lumen::codegen

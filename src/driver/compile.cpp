@@ -153,12 +153,12 @@ Compilation compile(const Source& source, const Options& options) {
         if (op.kind == ops::OpId::MatMul)
           for (const program::KernelId& k : op.schedule.kernels()) {
             std::vector<uint8_t>& code = c.kernels[program::to_string(k)];
-            if (code.empty()) code = codegen::generate_matmul_kernel(options.target, k);
+            if (code.empty()) code = codegen::generate_matmul_kernel(options.target, k, options.tune);
           }
   }
   if (options.stage == Stage::ModelSo) {
     try {
-      codegen::emit_model_so(*c.program, options.target, options.output);
+      codegen::emit_model_so(*c.program, options.target, options.tune, options.output);
     } catch (const std::runtime_error& e) {
       throw Error(std::string("compiling '") + source.file + "': " + e.what());
     }

@@ -65,18 +65,18 @@ Source find_program(const std::string& folder, const std::string& arch) {
               "': " + (known.empty() ? std::string("none") : known) + ")");
 }
 
-uint64_t model_cache_key(std::string_view program_text, Isa target, const WeightTypes& types) {
-  uint64_t h = hash_text(program_text, hash_text(to_string(target), compiler_hash()));
+uint64_t model_cache_key(std::string_view program_text, Isa target, CpuTune tune, const WeightTypes& types) {
+  uint64_t h = hash_text(program_text, hash_text(to_string(tune), hash_text(to_string(target), compiler_hash())));
   for (const auto& [name, type] : types) h = hash_text(name + '=' + ops::to_string(type) + ';', h);
   return h;
 }
 
-CachedModel model_for_architecture(const std::string& arch, Isa target, const std::string& folder,
+CachedModel model_for_architecture(const std::string& arch, Isa target, CpuTune tune, const std::string& folder,
                                    const WeightTypes& types) {
   const Source source = find_program(folder, arch);
   const fs::path cache = cache_dir();
   if (cache.empty()) throw Error("no cache folder for compiled models: set LUMEN_CACHE_DIR");
-  const uint64_t key = model_cache_key(source.text, target, types);
+  const uint64_t key = model_cache_key(source.text, target, tune, types);
   const fs::path so = cache / fmt::format("{}-{}-{:016x}.so", arch, to_string(target), key);
   CachedModel out;
   out.path = so.string();
@@ -90,6 +90,7 @@ CachedModel model_for_architecture(const std::string& arch, Isa target, const st
   Options options;
   options.stage = Stage::ModelSo;
   options.target = target;
+  options.tune = tune;
   options.weight_types = types;
   options.output = so.string() + fmt::format(".{}.partial", static_cast<long>(::getpid()));
   try {

@@ -50,7 +50,7 @@ TEST(EmitModel, EveryAbiFieldReadsBackAsWritten) {
     SCOPED_TRACE(to_string(isa));
     const program::Program program = test_data::qwen2_program(isa);
     const std::string so = (dir / (std::string(to_string(isa)) + ".so")).string();
-    emit_model_so(program, isa, so);
+    emit_model_so(program, isa, CpuTune::Generic, so);
     const LoadedModel model(so);
     auto version = reinterpret_cast<uint32_t (*)()>(model.symbol("lumen_model_abi_version"));
     auto get = reinterpret_cast<const lumen_model_abi* (*)()>(model.symbol("lumen_model_get"));

@@ -8,7 +8,9 @@
 
 #include "lumen/codegen/codegen.h"
 #include "lumen/codegen/kernel_support.h"
+#include "lumen/codegen/kquant_kernel.h"
 #include "lumen/common/internal_error.h"
+#include "lumen/target/weight_formats.h"
 
 namespace lumen::codegen {
 namespace {
@@ -64,6 +66,45 @@ void expect_internal_error(Isa isa, const KernelId& kernel, const std::string& w
   } catch (const InternalError& e) {
     const std::string want = "internal error: kernel " + to_string(kernel) + ": " + why + " (";  // then file:line
     EXPECT_EQ(std::string(e.what()).rfind(want, 0), 0u) << e.what();
+  }
+}
+
+// A tuning changes speed, never results: for every packed format, epilogue
+// and ISA, a GEMV tuned for a CPU has the generic shape with or without its
+// software prefetch (as the tuning says), and every batch kernel is generic's.
+TEST(KernelShape, TuningsDifferOnlyInTheGemvPrefetch) {
+  for (CpuTune tune : {CpuTune::Generic, CpuTune::Zen4}) {
+    EXPECT_EQ(parse_cpu_tune(to_string(tune)), tune);
+    EXPECT_NE(cpu_tune_names().find(to_string(tune)), std::string::npos);
+  }
+  EXPECT_FALSE(parse_cpu_tune("znver4").has_value());
+  EXPECT_TRUE(gemv_prefetch(CpuTune::Generic));
+  EXPECT_FALSE(gemv_prefetch(CpuTune::Zen4));
+  for (Isa isa : kAllIsas) {
+    for (ops::DType format : kPackedFormats) {
+      for (Epilogue e : {Epilogue::None, Epilogue::Bias, Epilogue::SiluMul}) {
+        const KernelId gemv = KernelId::gemv(e, format), batch = KernelId::batch(e, format);
+        SCOPED_TRACE(to_string(gemv) + " " + to_string(isa));
+        for (CpuTune tune : {CpuTune::Zen4}) {
+          if (is_kquant_kernel(gemv)) {
+            const KQuantShape generic = kquant_kernel_shape(isa, gemv), tuned = kquant_kernel_shape(isa, gemv, tune);
+            EXPECT_GT(generic.prefetch_bytes, 0);
+            EXPECT_EQ(tuned.prefetch_bytes, gemv_prefetch(tune) ? generic.prefetch_bytes : 0);
+            EXPECT_EQ(tuned.groups, generic.groups);
+            EXPECT_EQ(tuned.tokens, generic.tokens);
+            EXPECT_EQ(kquant_kernel_shape(isa, batch, tune).prefetch_bytes, kquant_kernel_shape(isa, batch).prefetch_bytes);
+            continue;
+          }
+          const KernelShape generic = kernel_shape(isa, gemv), tuned = kernel_shape(isa, gemv, tune);
+          EXPECT_GT(generic.prefetch_bytes, 0);
+          EXPECT_EQ(tuned.prefetch_bytes, gemv_prefetch(tune) ? generic.prefetch_bytes : 0);
+          KernelShape same = tuned;
+          same.prefetch_bytes = generic.prefetch_bytes;
+          EXPECT_EQ(generate_matmul_kernel(isa, gemv, same), generate_matmul_kernel(isa, gemv, generic));
+          EXPECT_EQ(kernel_shape(isa, batch, tune).prefetch_bytes, kernel_shape(isa, batch).prefetch_bytes);
+        }
+      }
+    }
   }
 }
 

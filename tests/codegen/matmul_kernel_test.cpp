@@ -369,6 +369,7 @@ TEST(MatMulKernels, NonDefaultShapes) {
     KernelShape shape;
   } cases[] = {
       {KernelId::gemv(Epilogue::Bias), {8, 1, 1088, 256 << 10, false}},
+      {KernelId::gemv(Epilogue::Residual), {4, 1, 0, 256 << 10, false}},  // no prefetch (cpu_tune.h)
       {KernelId::gemv(Epilogue::SiluMul), {3, 1, 544, 256 << 10, false}},
       {KernelId::gemm(Epilogue::Residual, 16, 8), {1, 8, 0, 0, false}},
       {KernelId::gemm(Epilogue::None, 32, 4), {2, 4, 2176, 1, false}},

@@ -181,31 +181,32 @@ TEST_F(DriverFiles, TheModelCacheCompilesOncePerProgramAndTarget) {
   const std::string folder = (dir_ / "dsl").string();
   write(dir_ / "dsl" / "qwen2.dsl", qwen2_text());
 
-  const CachedModel first = model_for_architecture("qwen2", Isa::Avx2, folder, {});
+  const CachedModel first = model_for_architecture("qwen2", Isa::Avx2, CpuTune::Generic, folder, {});
   EXPECT_TRUE(first.compiled);
   EXPECT_EQ(first.program, (dir_ / "dsl" / "qwen2.dsl").string());
   EXPECT_EQ(fs::path(first.path).parent_path(), dir_ / "cache");
   EXPECT_GT(fs::file_size(first.path), 0u);
-  const CachedModel again = model_for_architecture("qwen2", Isa::Avx2, folder, {});
+  const CachedModel again = model_for_architecture("qwen2", Isa::Avx2, CpuTune::Generic, folder, {});
   EXPECT_FALSE(again.compiled);
   EXPECT_EQ(again.path, first.path);
-  EXPECT_NE(model_for_architecture("qwen2", Isa::Avx512, folder, {}).path, first.path);  // another target
+  EXPECT_NE(model_for_architecture("qwen2", Isa::Avx512, CpuTune::Generic, folder, {}).path, first.path);  // another target
+  EXPECT_NE(model_for_architecture("qwen2", Isa::Avx2, CpuTune::Zen4, folder, {}).path, first.path);  // another tuning
   write(dir_ / "dsl" / "qwen2.dsl", qwen2_text() + "# edited\n");
-  const CachedModel edited = model_for_architecture("qwen2", Isa::Avx2, folder, {});
+  const CachedModel edited = model_for_architecture("qwen2", Isa::Avx2, CpuTune::Generic, folder, {});
   EXPECT_TRUE(edited.compiled);
   EXPECT_NE(edited.path, first.path);
 
   // A program that does not compile: its diagnostics, and nothing in the cache.
   write(dir_ / "dsl" / "qwen2.dsl", "model qwen2\nparam n : int = nope\n");
   try {
-    model_for_architecture("qwen2", Isa::Avx2, folder, {});
+    model_for_architecture("qwen2", Isa::Avx2, CpuTune::Generic, folder, {});
     FAIL() << "compiled";
   } catch (const Error& e) {
     EXPECT_NE(e.diagnostics.find((dir_ / "dsl" / "qwen2.dsl").string() + ":2:"), std::string::npos) << e.diagnostics;
   }
   size_t files = 0;
   for (const auto& entry : fs::directory_iterator(dir_ / "cache")) files += entry.path().extension() == ".so";
-  EXPECT_EQ(files, 3u);
+  EXPECT_EQ(files, 4u);  // two targets and a tuning of the first program, and the edited one
   for (const auto& entry : fs::directory_iterator(dir_ / "cache"))
     EXPECT_EQ(entry.path().string().find(".partial"), std::string::npos) << entry.path();
 

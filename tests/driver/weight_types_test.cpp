@@ -151,10 +151,11 @@ TEST(WeightTypes, TheCacheKeyHasTheTypes) {
   const WeightTypes a = mixed_types();
   WeightTypes b = a;
   b["blk.1.ffn_down.weight"] = DType::Q4_K;
-  EXPECT_EQ(model_cache_key(text, Isa::Avx2, a), model_cache_key(text, Isa::Avx2, mixed_types()));
-  EXPECT_NE(model_cache_key(text, Isa::Avx2, a), model_cache_key(text, Isa::Avx2, b));
-  EXPECT_NE(model_cache_key(text, Isa::Avx2, a), model_cache_key(text, Isa::Avx2, {}));
-  EXPECT_NE(model_cache_key(text, Isa::Avx2, a), model_cache_key(text, Isa::Avx512, a));
+  EXPECT_EQ(model_cache_key(text, Isa::Avx2, CpuTune::Generic, a), model_cache_key(text, Isa::Avx2, CpuTune::Generic, mixed_types()));
+  EXPECT_NE(model_cache_key(text, Isa::Avx2, CpuTune::Generic, a), model_cache_key(text, Isa::Avx2, CpuTune::Generic, b));
+  EXPECT_NE(model_cache_key(text, Isa::Avx2, CpuTune::Generic, a), model_cache_key(text, Isa::Avx2, CpuTune::Generic, {}));
+  EXPECT_NE(model_cache_key(text, Isa::Avx2, CpuTune::Generic, a), model_cache_key(text, Isa::Avx512, CpuTune::Generic, a));
+  EXPECT_NE(model_cache_key(text, Isa::Avx2, CpuTune::Generic, a), model_cache_key(text, Isa::Avx2, CpuTune::Zen4, a));
 }
 
 // A GGUF with the tensors of `types` (rows of 256 elements, 32 rows; the

@@ -65,7 +65,7 @@ class Cli : public ::testing::Test {
     // lumen-run's packed-weight cache goes here, not into the user's cache.
     setenv("LUMEN_CACHE_DIR", (dir_ / "pack_cache").c_str(), 1);
     model_so_ = (dir_ / "qwen2.so").string();
-    codegen::emit_model_so(testing::qwen2_program(best_isa(cpu_features())), best_isa(cpu_features()), model_so_);
+    codegen::emit_model_so(testing::qwen2_program(best_isa(cpu_features())), best_isa(cpu_features()), host_cpu_tune(), model_so_);
   }
 
   static void TearDownTestSuite() {
@@ -303,7 +303,7 @@ TEST_F(Cli, BadCommandLines) {
 // features. LUMEN_MAX_CPU_ISA makes this machine report an AVX2-only CPU.
 TEST_F(Cli, ModelForAnotherIsa) {
   const std::string so = (dir_ / "vnni.so").string();
-  codegen::emit_model_so(testing::qwen2_program(Isa::Avx512Vnni), Isa::Avx512Vnni, so);
+  codegen::emit_model_so(testing::qwen2_program(Isa::Avx512Vnni), Isa::Avx512Vnni, CpuTune::Generic, so);
   ASSERT_EQ(setenv("LUMEN_MAX_CPU_ISA", "avx2", 1), 0);
   Result r = run({so, "--gguf", testing::tiny_gguf(), "--prompt", "x"});
   unsetenv("LUMEN_MAX_CPU_ISA");
@@ -316,7 +316,7 @@ TEST_F(Cli, ModelForAnotherIsa) {
 // gemm.bias.m16n4 entry is renamed gemm.bias.m48n4.
 TEST_F(Cli, ModelWithAKernelItsIsaCannotHold) {
   const std::string so = (dir_ / "avx2-m48n4.so").string();
-  codegen::emit_model_so(testing::qwen2_program(Isa::Avx2), Isa::Avx2, so);
+  codegen::emit_model_so(testing::qwen2_program(Isa::Avx2), Isa::Avx2, CpuTune::Generic, so);
   std::string bytes = testing::read_file(so);
   const std::string name("gemm.bias.m16n4\0", 16);  // the table's name string, not the program text's
   const size_t at = bytes.find(name);

@@ -52,7 +52,7 @@ class Http : public ::testing::Test {
     setenv("LUMEN_CACHE_DIR", (dir_ / "pack_cache").c_str(), 1);
     model_so_ = (dir_ / "qwen2.so").string();
     codegen::emit_model_so(runtime::testing::qwen2_program(best_isa(cpu_features())), best_isa(cpu_features()),
-                           model_so_);
+                           host_cpu_tune(), model_so_);
     server_ = new ServerProcess;
     server_->start(model_so_, tiny_args({"--parallel", "8", "--max-body", "65536", "--chunk", "16"}));
   }

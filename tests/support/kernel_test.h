@@ -35,11 +35,11 @@ inline std::vector<Isa> runnable_isas() {
 }
 
 // The kernel `id` for `isa`, generated once through the entry point model.so
-// emission uses.
+// emission uses, tuned for this CPU as lumen-run's are.
 inline const JitKernel& kernel(Isa isa, const program::KernelId& id) {
   static std::map<std::pair<Isa, program::KernelId>, std::unique_ptr<JitKernel>> cache;
   auto& slot = cache[{isa, id}];
-  if (!slot) slot = std::make_unique<JitKernel>(isa, id);
+  if (!slot) slot = std::make_unique<JitKernel>(generate_matmul_kernel(isa, id, host_cpu_tune()));
   return *slot;
 }
 

@@ -6,6 +6,7 @@
 
 #include "lumen/driver/driver.h"
 #include "lumen/gguf/gguf.h"
+#include "lumen/target/cpu_tune.h"
 #include "lumen/target/isa.h"
 
 namespace lumen::cli {
@@ -36,12 +37,14 @@ std::string model_for_gguf(const std::string& gguf_path, const std::optional<std
     throw std::runtime_error(e.what());
   }
   const Isa isa = best_isa(cpu_features());
+  const CpuTune tune = host_cpu_tune();
   try {
-    const driver::CachedModel model = driver::model_for_architecture(arch, isa, driver::dsl_folder(dsl_dir), types);
+    const driver::CachedModel model =
+        driver::model_for_architecture(arch, isa, tune, driver::dsl_folder(dsl_dir), types);
     if (model.compiled) {
-      std::fprintf(stderr, "%s%.*s: compiled %s for %s into %s\n", model.warnings.c_str(),
+      std::fprintf(stderr, "%s%.*s: compiled %s for %s (tuned for %s) into %s\n", model.warnings.c_str(),
                    static_cast<int>(tool.size()), tool.data(), model.program.c_str(), to_string(isa),
-                   model.path.c_str());
+                   to_string(tune), model.path.c_str());
     }
     return model.path;
   } catch (const driver::Error& e) {

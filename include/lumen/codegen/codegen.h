@@ -8,13 +8,16 @@
 
 #include "lumen/target/kernel_abi.h"
 #include "lumen/program/program.h"
+#include "lumen/target/cpu_tune.h"
 
 namespace lumen::codegen {
 
 // Machine code of one kernel, position independent, entry at offset 0, with
 // the signature lumen::MatMulFn. Throws InternalError for a kernel that is not
-// program::is_valid (schedules only name valid ones).
-std::vector<uint8_t> generate_matmul_kernel(Isa isa, const program::KernelId& kernel);
+// program::is_valid (schedules only name valid ones). `tune` changes the
+// code's speed on a CPU, never its results (cpu_tune.h).
+std::vector<uint8_t> generate_matmul_kernel(Isa isa, const program::KernelId& kernel,
+                                            CpuTune tune = CpuTune::Generic);
 
 // A kernel generated into executable memory of this process (tests, benches).
 class JitKernel {
@@ -38,8 +41,9 @@ class JitKernel {
 void reference_matmul(Isa isa, program::Epilogue epilogue, const MatMulArgs& args);
 
 // Writes model.so for `program`: every kernel its schedules name, generated
-// for `isa`, plus the serialized program, behind the C ABI of model_abi.h.
-// Throws std::runtime_error (one-line message) when the toolchain step fails.
-void emit_model_so(const program::Program& program, Isa isa, const std::string& out_path);
+// for `isa` and `tune`, plus the serialized program, behind the C ABI of
+// model_abi.h. Throws std::runtime_error (one-line message) when the
+// toolchain step fails.
+void emit_model_so(const program::Program& program, Isa isa, CpuTune tune, const std::string& out_path);
 
 }  // namespace lumen::codegen

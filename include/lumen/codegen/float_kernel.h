@@ -21,7 +21,7 @@ namespace lumen::codegen {
 bool is_float_kernel(const program::KernelId& kernel);
 // The register tile (groups x tokens) and prefetch the generator uses; the
 // fp32 accumulators are always in registers. InternalError unless is_float_kernel.
-KernelShape float_kernel_shape(Isa isa, const program::KernelId& kernel);
+KernelShape float_kernel_shape(Isa isa, const program::KernelId& kernel, CpuTune tune);
 std::vector<uint8_t> generate_float_kernel(Isa isa, const program::KernelId& kernel, const KernelShape& shape);
 
 // The scalar oracle with the kernels' arithmetic: per row and token,

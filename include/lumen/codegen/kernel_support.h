@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "lumen/program/program.h"
+#include "lumen/target/cpu_tune.h"
 #include "lumen/target/kernel_abi.h"
 #include "lumen/target/kernel_registers.h"
 
@@ -25,8 +26,9 @@ struct KernelShape {
   // the ymm GEMM tiles and every batch kernel.
   bool fp32_acc_in_memory = false;
 };
-// InternalError for a kernel that is not program::fits(kernel, isa).
-KernelShape kernel_shape(Isa isa, const program::KernelId& kernel);
+// InternalError for a kernel that is not program::fits(kernel, isa). `tune`
+// decides what the CPU, not the ISA, makes faster (cpu_tune.h).
+KernelShape kernel_shape(Isa isa, const program::KernelId& kernel, CpuTune tune = CpuTune::Generic);
 // generate_matmul_kernel with an explicit shape (the benchmark sweeps it).
 std::vector<uint8_t> generate_matmul_kernel(Isa isa, const program::KernelId& kernel, const KernelShape& shape);
 

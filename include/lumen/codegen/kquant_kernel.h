@@ -10,6 +10,7 @@
 
 #include "lumen/ops/op_list.h"
 #include "lumen/program/program.h"
+#include "lumen/target/cpu_tune.h"
 #include "lumen/target/kernel_abi.h"
 
 namespace lumen::codegen {
@@ -32,8 +33,8 @@ struct KQuantShape {
 // generate_matmul_kernel (codegen.h) generates these with the functions below.
 bool is_kquant_kernel(const program::KernelId& kernel);
 // The shape the generator uses; InternalError unless is_kquant_kernel.
-KQuantShape kquant_kernel_shape(Isa isa, const program::KernelId& kernel);
-std::vector<uint8_t> generate_kquant_kernel(Isa isa, const program::KernelId& kernel);
+KQuantShape kquant_kernel_shape(Isa isa, const program::KernelId& kernel, CpuTune tune = CpuTune::Generic);
+std::vector<uint8_t> generate_kquant_kernel(Isa isa, const program::KernelId& kernel, CpuTune tune);
 std::vector<uint8_t> generate_kquant_kernel(Isa isa, const program::KernelId& kernel, const KQuantShape& shape);
 
 // The scalar oracle with the kernels' arithmetic (fp32 stage in the same

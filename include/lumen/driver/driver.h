@@ -28,6 +28,7 @@
 #include "lumen/ir/ir.h"
 #include "lumen/passes/passes.h"
 #include "lumen/program/program.h"
+#include "lumen/target/cpu_tune.h"
 #include "lumen/target/isa.h"
 
 namespace lumen::driver {
@@ -65,6 +66,7 @@ enum class Stage : uint8_t {
 struct Options {
   Stage stage = Stage::Program;
   Isa target = Isa::Avx2;  // the kernels' ISA (lumenc's `native` is best_isa(cpu_features()))
+  CpuTune tune = CpuTune::Generic;  // what they are tuned for beyond it (lumenc's `native`: host_cpu_tune())
   // Stage::Ir: "lower" stops before the first pass, a pass name after it, "" runs them all.
   std::string stop_after;
   // Stage::Ir: run just this pass on the source's IR instead of the pipeline
@@ -112,15 +114,15 @@ struct CachedModel {
   std::string warnings;   // the compile's diagnostics, formatted (when compiled)
 };
 
-// model.so for the program of `arch` in `folder`, compiled for `target` and
-// the file's tensor types `types`: from the compiled-model cache
+// model.so for the program of `arch` in `folder`, compiled for `target`,
+// `tune` and the file's tensor types `types`: from the compiled-model cache
 // (common/cache.h's folder, keyed with its hash by the program text, the
-// target, the types and the compiler, i.e. the bytes of this executable),
-// else compiled into it now. Concurrent callers never see half a file.
-CachedModel model_for_architecture(const std::string& arch, Isa target, const std::string& folder,
+// target, the tuning, the types and the compiler, i.e. the bytes of this
+// executable), else compiled into it now. Concurrent callers never see half a file.
+CachedModel model_for_architecture(const std::string& arch, Isa target, CpuTune tune, const std::string& folder,
                                    const WeightTypes& types);
 
-// The key of the compiled-model cache for a program text, target and tensor types.
-uint64_t model_cache_key(std::string_view program_text, Isa target, const WeightTypes& types);
+// The key of the compiled-model cache for a program text, target, tuning and tensor types.
+uint64_t model_cache_key(std::string_view program_text, Isa target, CpuTune tune, const WeightTypes& types);
 
 }  // namespace lumen::driver

@@ -1,0 +1,73 @@
+// The tunings of cpu_tune.h and which one this CPU takes.
+#include "lumen/target/cpu_tune.h"
+
+#include <cpuid.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+namespace lumen {
+namespace {
+
+struct TuneRow {
+  CpuTune tune;
+  const char* name;
+  bool gemv_prefetch;
+};
+constexpr TuneRow kTunes[] = {
+#define LUMEN_CPU_TUNE_ROW(e, name, prefetch) {CpuTune::e, name, prefetch},
+    LUMEN_CPU_TUNES(LUMEN_CPU_TUNE_ROW)
+#undef LUMEN_CPU_TUNE_ROW
+};
+
+const TuneRow& row(CpuTune tune) { return kTunes[static_cast<size_t>(tune)]; }
+
+CpuTune detect_tune() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return CpuTune::Generic;
+  char vendor[13] = {};
+  std::memcpy(vendor, &ebx, 4);
+  std::memcpy(vendor + 4, &edx, 4);
+  std::memcpy(vendor + 8, &ecx, 4);
+  const unsigned max_leaf = eax;
+  if (std::strcmp(vendor, "AuthenticAMD") != 0 || max_leaf < 7) return CpuTune::Generic;
+  __get_cpuid(1, &eax, &ebx, &ecx, &edx);
+  const unsigned family = ((eax >> 8) & 0xF) + ((eax >> 20) & 0xFF);
+  __cpuid_count(7, 0, eax, ebx, ecx, edx);
+  const bool avx512f = ebx & (1u << 16);
+  // Family 19h is Zen 3 and Zen 4; of the two only Zen 4 has AVX-512.
+  return family == 0x19 && avx512f ? CpuTune::Zen4 : CpuTune::Generic;
+}
+
+CpuTune host_tune_or_override() {
+  const char* name = std::getenv("LUMEN_CPU_TUNE");
+  if (name == nullptr || *name == '\0') return detect_tune();
+  if (const std::optional<CpuTune> tune = parse_cpu_tune(name)) return *tune;
+  throw std::runtime_error(std::string("LUMEN_CPU_TUNE='") + name + "' is not one of " + cpu_tune_names());
+}
+
+}  // namespace
+
+const char* to_string(CpuTune tune) { return row(tune).name; }
+
+std::optional<CpuTune> parse_cpu_tune(std::string_view name) {
+  for (const TuneRow& r : kTunes)
+    if (name == r.name) return r.tune;
+  return std::nullopt;
+}
+
+std::string cpu_tune_names() {
+  std::string names;
+  for (const TuneRow& r : kTunes) names.append(names.empty() ? "" : ", ").append(r.name);
+  return names;
+}
+
+bool gemv_prefetch(CpuTune tune) { return row(tune).gemv_prefetch; }
+
+CpuTune host_cpu_tune() {
+  static const CpuTune tune = host_tune_or_override();
+  return tune;
+}
+
+}  // namespace lumen
