@@ -14,9 +14,10 @@ struct TuneRow {
   CpuTune tune;
   const char* name;
   bool gemv_prefetch;
+  bool zmm_q8_0_batch_prefetch;
 };
 constexpr TuneRow kTunes[] = {
-#define LUMEN_CPU_TUNE_ROW(e, name, prefetch) {CpuTune::e, name, prefetch},
+#define LUMEN_CPU_TUNE_ROW(e, name, gemv, batch) {CpuTune::e, name, gemv, batch},
     LUMEN_CPU_TUNES(LUMEN_CPU_TUNE_ROW)
 #undef LUMEN_CPU_TUNE_ROW
 };
@@ -64,6 +65,7 @@ std::string cpu_tune_names() {
 }
 
 bool gemv_prefetch(CpuTune tune) { return row(tune).gemv_prefetch; }
+bool zmm_q8_0_batch_prefetch(CpuTune tune) { return row(tune).zmm_q8_0_batch_prefetch; }
 
 CpuTune host_cpu_tune() {
   static const CpuTune tune = host_tune_or_override();

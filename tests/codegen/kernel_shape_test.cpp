@@ -70,8 +70,8 @@ void expect_internal_error(Isa isa, const KernelId& kernel, const std::string& w
 }
 
 // A tuning changes speed, never results: for every packed format, epilogue
-// and ISA, a GEMV tuned for a CPU has the generic shape with or without its
-// software prefetch (as the tuning says), and every batch kernel is generic's.
+// and ISA, a GEMV or batch kernel tuned for a CPU has the generic shape with
+// or without its software prefetch, as the tuning says.
 TEST(KernelShape, TuningsDifferOnlyInTheGemvPrefetch) {
   for (CpuTune tune : {CpuTune::Generic, CpuTune::Zen4}) {
     EXPECT_EQ(parse_cpu_tune(to_string(tune)), tune);
@@ -101,7 +101,12 @@ TEST(KernelShape, TuningsDifferOnlyInTheGemvPrefetch) {
           KernelShape same = tuned;
           same.prefetch_bytes = generic.prefetch_bytes;
           EXPECT_EQ(generate_matmul_kernel(isa, gemv, same), generate_matmul_kernel(isa, gemv, generic));
-          EXPECT_EQ(kernel_shape(isa, batch, tune).prefetch_bytes, kernel_shape(isa, batch).prefetch_bytes);
+          const KernelShape generic_batch = kernel_shape(isa, batch), tuned_batch = kernel_shape(isa, batch, tune);
+          const bool batch_prefetch = is_ymm_isa(isa) || format != ops::DType::Q8_0 || zmm_q8_0_batch_prefetch(tune);
+          EXPECT_GT(generic_batch.prefetch_bytes, 0);
+          EXPECT_EQ(tuned_batch.prefetch_bytes, batch_prefetch ? generic_batch.prefetch_bytes : 0);
+          EXPECT_EQ(tuned_batch.tokens, generic_batch.tokens);
+          EXPECT_EQ(tuned_batch.groups, generic_batch.groups);
         }
       }
     }
