@@ -1,22 +1,22 @@
-// The k-quant (Q4_K, Q5_K, Q6_K) GEMV and batch kernel generator (xbyak), on the
+// The k-quant (Q3_K, Q4_K, Q5_K, Q6_K) GEMV and batch kernel generator (xbyak), on the
 // packed layouts of target/packed_kquant.h, for every ISA and epilogue.
 //
 // A call walks output row tiles (outer) and token tiles (inner). A register
 // tile holds `pc` packed 16-row groups x `tc` tokens and walks k one 32-block
 // (sub-block) at a time:
-//   int stage: the quants are u8 (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63), so each 64-byte
-//     vector is unpacked with masks and shifts to 2 x 4 consecutive k of 16
+//   int stage: the quants are u8 (Q3_K 0..7, Q4_K 0..15, Q5_K 0..31, Q6_K 0..63), so each 64-byte
+//     vector is unpacked with masks and shifts to 2 x 4 (Q3_K: 4 or 8 x 4) consecutive k of 16
 //     rows and multiplied by the activation dwords with vpdpbusd (VNNI) or
 //     vpmaddubsw + vpmaddwd (no saturation: 63 * 128 * 2 < 32768). Q6_K's
-//     values are q - 32 with a scale per 16: each of its two int accumulators
-//     per 32-block starts at -32 * (sum of the 16 x), so it ends exact.
+//     values are q - 32 (Q3_K's q - 4) with a scale per 16: each of its two int accumulators
+//     per 32-block starts at -32 (-4) * (sum of the 16 x), so it ends exact.
 //   fp32 stage, per row and token, always in this order (the reference does
 //     the same, and it does not depend on the tile, so a batch kernel's row of
 //     token t is bit-identical to the GEMV's):
 //     Q4_K, Q5_K: acc = fma(float(isum), (d * sc) * dx, acc);
 //           acc = fma((dmin * m) * (1/128), float(ActBlock::sum) * dx, acc)
 //           (ActBlock::sum = -128 * sum(qx), so this subtracts dmin*m*sum(x));
-//     Q6_K: acc = fma(float(isum_s), (sc_s * d) * dx, acc) for s = 0, 1.
+//     Q6_K, Q3_K: acc = fma(float(isum_s), (sc_s * d) * dx, acc) for s = 0, 1.
 // Edge tiles (fewer groups or tokens) get their own bodies; rows past m_rows
 // are never stored (masked stores). The epilogues are the Q8_0 kernels'.
 //
@@ -25,6 +25,8 @@
 // products and the fp32 factors (d * sc, (dmin * m) * (1/128), Q6_K's sc * d)
 // as the stage above computes them, so the same operations in the same order
 // give the same bits without the unpacking and scale set-up per token tile.
+// Q3_K expands to Q6_K (q + 28, the same factors; the same ints since
+// q - 4 = (q + 28) - 32) and runs Q6_K's GEMM.
 // Q4_1 and Q5_1 (d * q + m) expand to Q4_K's two terms: factors d and
 // m * (-1/128), their GEMV's (matmul_generator.cpp) fp32 stage; being
 // 32-wide, their GEMM takes any k_blocks.
@@ -68,7 +70,7 @@ constexpr int kTemps = 4;  // vector temporaries above the accumulators
 // 64-byte constants: SiLU's (as the Q8_0 kernels'), then the unpacking ones.
 enum Const {
   kSignMask, kExpHi, kExpLo, kLog2e, kLn2Hi, kLn2Lo, kP0, kP1, kP2, kP3, kP4, kP5, kOne,
-  kInv128, kNib, kHigh2, kBit4, kU8One, kI16One, kI16Minus32, kNumConsts
+  kInv128, kNib, kHigh2, kBit4, kU8One, kI16One, kI16Minus32, kLow2, kBit2, kI16Minus4, kNumConsts
 };
 
 int nsub(DType t) { return int(kquant_int_accumulators(t)); }
@@ -82,22 +84,23 @@ bool tile_ok(Isa isa, DType t, int64_t packed_groups, int64_t tokens, bool fp_me
 class KQuantGenerator : public CodeGenerator {
  public:
   KQuantGenerator(Isa isa, DType type, Epilogue epi, const KQuantShape& shape)
-      : CodeGenerator(1 << 20), isa_(isa), type_(type), epi_(epi), shape_(shape) {
+      : CodeGenerator(1 << 20), isa_(isa), type_(shape.expanded && type == DType::Q3_K ? DType::Q6_K : type),
+        epi_(epi), shape_(shape) {
     zmm_ = !is_ymm_isa(isa);
     halves_ = int(vectors_per_group(isa));
     mult_ = mult_of(epi);
-    nsub_ = nsub(type);
+    nsub_ = nsub(type_);
     facc_mem_ = shape.fp32_acc_in_memory;
     expanded_ = shape.expanded;
     x_regs_ = expanded_ && temp_base() + kTemps + int(shape.tokens) <= (zmm_ ? 32 : 16);
-    kquant_ = has_packed_kquant(type);
+    kquant_ = has_packed_kquant(type_);
     LUMEN_ASSERT(kquant_ || expanded_, "only the GEMM over expanded rows takes a 32-wide type");
     if (kquant_) {
-      header_ = int(packed_kquant_header_bytes(type));
-      sub_ = int(packed_kquant_sub_bytes(type));
-      super_ = int(packed_kquant_super_bytes(type));
+      header_ = int(packed_kquant_header_bytes(type_));
+      sub_ = int(packed_kquant_sub_bytes(type_));
+      super_ = int(packed_kquant_super_bytes(type_));
     }
-    LUMEN_ASSERT(tile_ok(isa, type, shape.groups * mult_, shape.tokens, facc_mem_),
+    LUMEN_ASSERT(tile_ok(isa, type_, shape.groups * mult_, shape.tokens, facc_mem_),
                  "k-quant kernel shape does not fit the register file");
     generate();
   }
@@ -206,7 +209,8 @@ class KQuantGenerator : public CodeGenerator {
     L(consts_);
     for (float v : f)
       for (int i = 0; i < 16; ++i) dd(std::bit_cast<uint32_t>(v));
-    const uint32_t ints[] = {0x0F0F0F0Fu, 0x30303030u, 0x10101010u, 0x01010101u, 0x00010001u, 0xFFE0FFE0u};
+    const uint32_t ints[] = {0x0F0F0F0Fu, 0x30303030u, 0x10101010u, 0x01010101u, 0x00010001u,
+                             0xFFE0FFE0u, 0x03030303u, 0x04040404u, 0xFFFCFFFCu};
     static_assert(std::size(ints) == kNumConsts - kNib);
     for (uint32_t v : ints)
       for (int i = 0; i < 16; ++i) dd(v);
@@ -277,16 +281,16 @@ class KQuantGenerator : public CodeGenerator {
     }
   }
 
-  // Integer accumulators: 0, or for Q6_K -32 * (sum of the 16 x of the half).
+  // Integer accumulators: 0, or for Q6_K (Q3_K) -32 (-4) * (sum of the 16 x of the half).
   void init_int_accs(int pc, int tc) {
     for (int t = 0; t < tc; ++t) {
       for (int s = 0; s < nsub_; ++s) {
-        if (type_ != DType::Q6_K) {
+        if (!kquant_scale_per_16(type_)) {
           for (int i = 0; i < pc; ++i)
             for (int h = 0; h < halves_; ++h) vzero(iacc(pair(tc, i, h, t), s));
           continue;
         }
-        if (expanded_ && s == 1) {
+        if (expanded_ && s == 1) {  // Q6_K (Q3_K runs as Q6_K)
           // -32 * (sum of x 16..31) = ActBlock::sum / 4 - (-32 * sum of x 0..15), exact ints:
           // the GEMM spends 3 operations on the second half, not 7.
           const Xmm first = iacc(pair(tc, 0, 0, t), 1);
@@ -301,7 +305,7 @@ class KQuantGenerator : public CodeGenerator {
         const Xmm a(tA().getIdx()), b(tT().getIdx()), one(tH().getIdx());
         zmm_ ? vmovdqu8(one, cst(kU8One)) : vmovdqu(one, cst(kU8One));
         vpmaddubsw(a, one, xq(t, 16 * s));
-        vpmaddwd(a, a, cst(kI16Minus32));
+        vpmaddwd(a, a, cst(type_ == DType::Q3_K ? kI16Minus4 : kI16Minus32));
         vpshufd(b, a, 0x4E);
         vpaddd(a, a, b);
         vpshufd(b, a, 0xB1);
@@ -393,6 +397,7 @@ class KQuantGenerator : public CodeGenerator {
         prefetcht0(ptr[group_ptr_[i] + pf]);  // the next super-block's d (and dmin)
       }
     }
+    if (type_ == DType::Q3_K) return q3k_sub_block(pc, tc);
     const Xmm L_ = tL(), H_ = tH(), A_ = tA(), T_ = tT();
     for (int v = 0; v < 4; ++v) {
       const int s = type_ == DType::Q6_K ? v / 2 : 0;
@@ -412,7 +417,7 @@ class KQuantGenerator : public CodeGenerator {
           // Low nibbles: k0 .. k0+3; Q6_K's high bits 4s' .. 4s'+1 go to bits 4-5,
           // Q5_K's fifth bit 2v to bit 4.
           vand(A_, L_, cst(kNib));
-          if (type_ == DType::Q5_K) fifth_bit(A_, H_, T_, 4 - 2 * v);
+          if (type_ == DType::Q5_K) or_bit(A_, H_, T_, 4 - 2 * v, kBit4);
           if (type_ == DType::Q6_K) {
             if (v % 2 == 0) {
               vpsllw(T_, H_, 4);
@@ -426,7 +431,7 @@ class KQuantGenerator : public CodeGenerator {
           // High nibbles: k0+4 .. k0+7; Q6_K's high bits 4s'+2 .. 4s'+3, Q5_K's 2v+1.
           vpsrlw(A_, L_, 4);
           vand(A_, A_, cst(kNib));
-          if (type_ == DType::Q5_K) fifth_bit(A_, H_, T_, 3 - 2 * v);
+          if (type_ == DType::Q5_K) or_bit(A_, H_, T_, 3 - 2 * v, kBit4);
           if (type_ == DType::Q6_K) {
             if (v % 2 == 0) {
               vpsllw(T_, H_, 2);
@@ -443,15 +448,37 @@ class KQuantGenerator : public CodeGenerator {
     fp_stage(pc, tc);
   }
 
-  // A |= bit 4 of (H shifted left by `left`, right when negative): the 16-bit
+  // Q3_K's 32-block: vector e (k0 + 4e .. k0 + 4e + 3, 16-block e / 4) is
+  // the 2-bit field e % 4 of low-bit vector e / 4 and bit e of the third bits.
+  void q3k_sub_block(int pc, int tc) {
+    const Xmm L_ = tL(), H_ = tH(), A_ = tA(), T_ = tT();
+    for (int e = 0; e < 8; ++e) {
+      for (int i = 0; i < pc; ++i) {
+        for (int h = 0; h < halves_; ++h) {
+          const int hb = vec_bytes() * h;
+          const Address low = ptr[group_ptr_[i] + jo_ + 32 + 64 * (e / 4) + hb];
+          const Address third = ptr[group_ptr_[i] + jo_ + int(kQ3KThirdBits) + hb];
+          zmm_ ? vmovdqu8(L_, low) : vmovdqu(L_, low);
+          zmm_ ? vmovdqu8(H_, third) : vmovdqu(H_, third);
+          if (e % 4) vpsrlw(L_, L_, 2 * (e % 4));
+          vand(A_, L_, cst(kLow2));
+          or_bit(A_, H_, T_, 2 - e, kBit2);
+          dots(A_, i, h, tc, e / 4, 4 * e);
+        }
+      }
+    }
+    fp_stage(pc, tc);
+  }
+
+  // A |= bit `mask` of (H shifted left by `left`, right when negative): the 16-bit
   // shifts carry bits across bytes only into positions the mask clears.
-  void fifth_bit(const Xmm& A, const Xmm& H, const Xmm& T, int left) {
+  void or_bit(const Xmm& A, const Xmm& H, const Xmm& T, int left, Const mask) {
     if (left > 0) {
       vpsllw(T, H, left);
     } else if (left < 0) {
       vpsrlw(T, H, -left);
     }
-    vand(T, left == 0 ? H : T, cst(kBit4));
+    vand(T, left == 0 ? H : T, cst(mask));
     vor(A, A, T);
   }
 
@@ -481,7 +508,7 @@ class KQuantGenerator : public CodeGenerator {
       for (int h = 0; h < halves_; ++h) {
         const Reg64& g = group_ptr_[i];
         vcvtph2ps(S, ptr[g + 16 * h]);  // d of 16 (8) rows
-        if (type_ != DType::Q6_K) {
+        if (!kquant_scale_per_16(type_)) {
           vpmovzxbd(A, ptr[g + jo_ + 8 * h]);  // 6-bit scales
           vcvtdq2ps(A, A);
           vmulps(S, S, A);  // d * sc

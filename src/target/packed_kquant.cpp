@@ -1,8 +1,8 @@
-// Load-time repack of Q4_K, Q5_K and Q6_K rows into the 16-row groups the k-quant
+// Load-time repack of Q3_K, Q4_K, Q5_K and Q6_K rows into the 16-row groups the k-quant
 // kernels stream (layouts in include/lumen/target/packed_kquant.h): the 6-bit
-// scales and mins of Q4_K are expanded to one byte each (+4 bytes per 256
+// scales (and mins) of Q3_K and Q4_K are expanded to one byte each (+4 bytes per 256
 // weights per row), the quants regrouped so that one 64-byte load gives 8
-// consecutive k of 16 rows.
+// (Q3_K: 16 or 32) consecutive k of 16 rows.
 #include "lumen/target/packed_kquant.h"
 
 #include <immintrin.h>
@@ -63,6 +63,38 @@ void q6k_values(const quant::BlockQ6_K& b, uint8_t* q) {
       y[l + 32] = uint8_t((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
       y[l + 64] = uint8_t((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
       y[l + 96] = uint8_t((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+    }
+  }
+}
+
+// The 256 q (0..7, value q - 4) and 16 scales (sc6 - 32) of a Q3_K block, in
+// the order of ggml's dequantize_row_q3_K.
+void q3k_values(const quant::BlockQ3_K& b, uint8_t* q, int8_t* scales) {
+  for (int j = 0; j < 16; ++j) {
+    const int low = j < 8 ? b.scales[j] & 0xF : b.scales[j - 8] >> 4;
+    const int high = (b.scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+    scales[j] = int8_t((low | (high << 4)) - 32);
+  }
+  for (int half = 0; half < 2; ++half) {
+    for (int shift = 0; shift < 4; ++shift) {
+      for (int l = 0; l < 32; ++l) {
+        const int k = 128 * half + 32 * shift + l;
+        const int hbit = (b.hmask[l] >> (4 * half + shift)) & 1;
+        q[k] = uint8_t(((b.qs[32 * half + l] >> (2 * shift)) & 3) | (hbit << 2));
+      }
+    }
+  }
+}
+
+// Writes 2-bit fields of the 32 q of 32-block j of row r (q: the block's 256
+// values; `shift` picks the field) as two vectors u: byte i of row r's dword
+// holds those of k = 32j + 16u + 4p + i at bits 2p (Q6_K's high bits, Q3_K's low ones).
+void put_two_bit_vectors(const uint8_t* q, int j, int64_t r, int shift, uint8_t* vectors) {
+  for (int u = 0; u < 2; ++u) {
+    for (int i = 0; i < 4; ++i) {
+      uint8_t byte = 0;
+      for (int p = 0; p < 4; ++p) byte |= uint8_t(((q[32 * j + 16 * u + 4 * p + i] >> shift) & 3) << (2 * p));
+      vectors[64 * u + 4 * r + i] = byte;
     }
   }
 }
@@ -143,14 +175,32 @@ void pack_group_q6k(const quant::BlockQ6_K* rows, int64_t n_rows, int64_t supers
         sub[r] = uint8_t(b.scales[2 * j]);
         sub[16 + r] = uint8_t(b.scales[2 * j + 1]);
         put_quant_vectors(q, j, r, sub + 32);
-        // High bits: byte i of row r's dword of vector u holds those of
-        // k = 32j + 16u + 4p + i at bits 2p.
-        for (int u = 0; u < 2; ++u) {
-          for (int i = 0; i < 4; ++i) {
-            uint8_t byte = 0;
-            for (int p = 0; p < 4; ++p) byte |= uint8_t((q[32 * j + 16 * u + 4 * p + i] >> 4) << (2 * p));
-            sub[kKQuantHighBits + 64 * u + 4 * r + i] = byte;
-          }
+        put_two_bit_vectors(q, j, r, 4, sub + kKQuantHighBits);
+      }
+    }
+  }
+}
+
+void pack_group_q3k(const quant::BlockQ3_K* rows, int64_t n_rows, int64_t supers, uint8_t* g) {
+  const int64_t super_bytes = kQ6KHeaderBytes + kKQuantSubBlocks * kQ3KSubBytes;
+  std::memset(g, 0, supers * super_bytes);
+  uint8_t q[kKQuantSuperK];
+  int8_t scales[16];
+  for (int64_t sb = 0; sb < supers; ++sb) {
+    uint8_t* s = g + sb * super_bytes;
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const quant::BlockQ3_K& b = rows[r * supers + sb];
+      q3k_values(b, q, scales);
+      std::memcpy(s + 2 * r, &b.d, 2);
+      for (int j = 0; j < kKQuantSubBlocks; ++j) {
+        uint8_t* sub = s + kQ6KHeaderBytes + j * kQ3KSubBytes;
+        sub[r] = uint8_t(scales[2 * j]);
+        sub[16 + r] = uint8_t(scales[2 * j + 1]);
+        put_two_bit_vectors(q, j, r, 0, sub + 32);
+        for (int i = 0; i < 4; ++i) {
+          uint8_t byte = 0;
+          for (int e = 0; e < 8; ++e) byte |= uint8_t(((q[32 * j + 4 * e + i] >> 2) & 1) << e);
+          sub[kQ3KThirdBits + 4 * r + i] = byte;
         }
       }
     }
@@ -224,18 +274,20 @@ const uint8_t* super_block(const uint8_t* group, DType t, int64_t sb) {
 
 }  // namespace
 
-bool has_packed_kquant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
+bool has_packed_kquant(DType t) {
+  return t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+}
 
 bool has_expanded_kquant(DType t) { return has_packed_kquant(t) || t == DType::Q4_1 || t == DType::Q5_1; }
 
 int64_t packed_kquant_header_bytes(DType t) {
   check_type(t, "packed_kquant_header_bytes");
-  return t == DType::Q6_K ? kQ6KHeaderBytes : kQ4KHeaderBytes;
+  return kquant_scale_per_16(t) ? kQ6KHeaderBytes : kQ4KHeaderBytes;
 }
 
 int64_t packed_kquant_sub_bytes(DType t) {
   check_type(t, "packed_kquant_sub_bytes");
-  return t == DType::Q4_K ? kQ4KSubBytes : t == DType::Q5_K ? kQ5KSubBytes : kQ6KSubBytes;
+  return t == DType::Q4_K ? kQ4KSubBytes : t == DType::Q5_K ? kQ5KSubBytes : t == DType::Q6_K ? kQ6KSubBytes : kQ3KSubBytes;
 }
 
 int64_t packed_kquant_super_bytes(DType t) {
@@ -264,8 +316,10 @@ void pack_kquant(DType t, const void* src, int64_t rows, int64_t k, uint8_t* out
     } else if (t == DType::Q5_K) {
       pack_group_min_type(static_cast<const quant::BlockQ5_K*>(src) + g * kRows * supers, n, supers,
                           kQ5KSubBytes, dst);
-    } else {
+    } else if (t == DType::Q6_K) {
       pack_group_q6k(static_cast<const quant::BlockQ6_K*>(src) + g * kRows * supers, n, supers, dst);
+    } else {
+      pack_group_q3k(static_cast<const quant::BlockQ3_K*>(src) + g * kRows * supers, n, supers, dst);
     }
   }
 }
@@ -284,11 +338,18 @@ void expand_kquant(DType t, const uint8_t* src, int64_t groups, int64_t k_blocks
       const uint8_t* s = src + (g * supers + sb) * super_bytes;
       float d[kRows], dmin[kRows];
       widen16(s, d);
-      if (t != DType::Q6_K) widen16(s + 32, dmin);
+      if (!kquant_scale_per_16(t)) widen16(s + 32, dmin);
       for (int j = 0; j < kKQuantSubBlocks; ++j) {
         const uint8_t* sub = s + header + j * sub_bytes;
         uint8_t* e = dst + ((g * supers + sb) * kKQuantSubBlocks + j) * kExpandedKQuantBlockBytes;
-        expand_nibbles(sub + 32, e);
+        if (t == DType::Q3_K) {  // q + 28: Q6_K's q - 32 is Q3_K's q - 4
+          for (int v = 0; v < 8; ++v)
+            for (int x = 0; x < 64; ++x)
+              e[64 * v + x] = uint8_t((((sub[32 + 64 * (v / 4) + x] >> (2 * (v % 4))) & 3) |
+                                       (((sub[kQ3KThirdBits + x] >> v) & 1) << 2)) + 28);
+        } else {
+          expand_nibbles(sub + 32, e);
+        }
         if (t == DType::Q5_K) {  // fifth bit of vector e at bit e
           for (int v = 0; v < 8; ++v)
             for (int x = 0; x < 64; ++x) e[64 * v + x] |= uint8_t(((sub[kKQuantHighBits + x] >> v) & 1) << 4);
@@ -299,7 +360,7 @@ void expand_kquant(DType t, const uint8_t* src, int64_t groups, int64_t k_blocks
         }
         float f[2][kRows];
         for (int r = 0; r < kRows; ++r) {
-          if (t == DType::Q6_K) {
+          if (kquant_scale_per_16(t)) {
             f[0][r] = float(int8_t(sub[r])) * d[r];
             f[1][r] = float(int8_t(sub[16 + r])) * d[r];
           } else {
@@ -317,6 +378,10 @@ int packed_kquant_q(DType t, const uint8_t* group, int64_t r, int64_t k) {
   const int64_t sb = k / kKQuantSuperK;
   const int j = int(k % kKQuantSuperK) / 32, kk = int(k % 32);
   const uint8_t* sub = super_block(group, t, sb) + packed_kquant_header_bytes(t) + j * packed_kquant_sub_bytes(t);
+  if (t == DType::Q3_K) {
+    const int two = (sub[32 + 64 * (kk / 16) + 4 * r + kk % 4] >> (2 * ((kk % 16) / 4))) & 3;
+    return two | (((sub[kQ3KThirdBits + 4 * r + kk % 4] >> (kk / 4)) & 1) << 2);
+  }
   const uint8_t low = sub[32 + 64 * (kk / 8) + 4 * r + kk % 4];
   const int q = kk % 8 >= 4 ? low >> 4 : low & 0xF;
   if (t == DType::Q4_K) return q;
@@ -339,8 +404,8 @@ uint16_t packed_kquant_dmin(const uint8_t* group, DType t, int64_t r, int64_t sb
 
 int packed_kquant_scale(DType t, const uint8_t* group, int64_t r, int64_t sb, int64_t sub) {
   const uint8_t* s = super_block(group, t, sb) + packed_kquant_header_bytes(t);
-  if (t != DType::Q6_K) return s[sub * packed_kquant_sub_bytes(t) + r];
-  return int8_t(s[(sub / 2) * kQ6KSubBytes + 16 * (sub % 2) + r]);
+  if (!kquant_scale_per_16(t)) return s[sub * packed_kquant_sub_bytes(t) + r];
+  return int8_t(s[(sub / 2) * packed_kquant_sub_bytes(t) + 16 * (sub % 2) + r]);
 }
 
 int packed_kquant_min(const uint8_t* group, DType t, int64_t r, int64_t sb, int64_t j) {

@@ -1,6 +1,6 @@
-// The k-quant (Q4_K, Q5_K, Q6_K) GEMV and batch kernels against a scalar
+// The k-quant (Q3_K, Q4_K, Q5_K, Q6_K) GEMV and batch kernels against a scalar
 // dequantize-then-dot reference (a transcription of ggml's
-// dequantize_row_q4_K / q5_K / q6_K, test-local until quant::dequantize_row lands)
+// dequantize_row_q4_K / q5_K / q6_K; Q3_K: quant::dequantize_row, ggml's)
 // and against the packed-layout oracle (bit for bit, the fp32 stage being the
 // same), on random blocks with finite scales, for every ISA this CPU runs and
 // every epilogue; the batch kernel's row of each token equals the GEMV's.
@@ -42,7 +42,7 @@ using ops::DType;
 using program::Epilogue;
 using program::KernelId;
 
-const DType kTypes[] = {DType::Q4_K, DType::Q5_K, DType::Q6_K};
+const DType kTypes[] = {DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 // The 32-wide types the k-quant GEMM runs on expanded rows (has_expanded_kquant).
 const DType kExpanded32Types[] = {DType::Q4_1, DType::Q5_1};
 
@@ -128,7 +128,9 @@ std::vector<uint8_t> random_blocks(DType t, int64_t rows, int64_t k, std::mt1993
   std::uniform_real_distribution<float> scale(-0.02f, 0.02f);
   for (int64_t i = 0; i < nb; ++i) {
     uint8_t* blk = data.data() + i * bytes;
-    if (t != DType::Q6_K) {
+    if (t == DType::Q3_K) {
+      reinterpret_cast<quant::BlockQ3_K*>(blk)->d = f32_to_f16(scale(rng));
+    } else if (t != DType::Q6_K) {
       // d and dmin (Q4_1, Q5_1: d and m) open Q4_K, Q5_K, Q4_1 and Q5_1 blocks.
       const uint16_t d = f32_to_f16(scale(rng)), dmin = f32_to_f16(scale(rng));
       std::memcpy(blk, &d, 2);
@@ -142,7 +144,7 @@ std::vector<uint8_t> random_blocks(DType t, int64_t rows, int64_t k, std::mt1993
 
 std::vector<float> dequantize(DType t, const std::vector<uint8_t>& blocks, int64_t rows, int64_t k) {
   std::vector<float> w(rows * k);
-  if (!has_packed_kquant(t)) {  // Q4_1, Q5_1: the library's (ggml's) dequantizer
+  if (!has_packed_kquant(t) || t == DType::Q3_K) {  // Q3_K, Q4_1, Q5_1: the library's (ggml's) dequantizer
     quant::dequantize_row(t, blocks.data(), w.data(), rows * k);
     return w;
   }
@@ -390,14 +392,16 @@ TEST(KQuantKernels, ExpandedLayoutIsThePackedValuesAndTheGemvFactors) {
       const uint8_t* g = packed.data() + (r / 16) * group_bytes;
       for (int64_t b = 0; b < kb; ++b) {
         const uint8_t* blk = e.data() + ((r / 16) * kb + b) * kExpandedKQuantBlockBytes;
+        // Q3_K's q + 28 is a Q6_K q with the same value.
+        const int q_shift = t == DType::Q3_K ? 28 : 0;
         for (int64_t i = 0; i < 32; ++i)
-          ASSERT_EQ(blk[64 * (i / 4) + 4 * (r % 16) + i % 4], packed_kquant_q(t, g, r % 16, 32 * b + i));
+          ASSERT_EQ(blk[64 * (i / 4) + 4 * (r % 16) + i % 4], packed_kquant_q(t, g, r % 16, 32 * b + i) + q_shift);
         float f0, f1;
         std::memcpy(&f0, blk + kExpandedKQuantFactors + 4 * (r % 16), 4);
         std::memcpy(&f1, blk + kExpandedKQuantFactors + 64 + 4 * (r % 16), 4);
         const int64_t sb = b / 8, j = b % 8;
         const float d = f16_to_f32(packed_kquant_d(g, t, r % 16, sb));
-        if (t != DType::Q6_K) {
+        if (!kquant_scale_per_16(t)) {
           EXPECT_EQ(f0, d * float(packed_kquant_scale(t, g, r % 16, sb, j)));
           EXPECT_EQ(f1, f16_to_f32(packed_kquant_dmin(g, t, r % 16, sb)) * float(packed_kquant_min(g, t, r % 16, sb, j)) *
                             (1.0f / 128.0f));
@@ -460,7 +464,7 @@ TEST(KQuantKernels, KNotAMultipleOf256IsRefused) {
   EXPECT_THROW(packed_kquant_bytes(DType::Q8_0, 16, 256), std::invalid_argument);
 }
 
-TEST(KQuantKernels, PackedLayoutRoundTripsAndCostsAtMost3Percent) {
+TEST(KQuantKernels, PackedLayoutRoundTripsAndCostsAtMost4Percent) {
   std::mt19937 rng(3);
   for (DType t : kTypes) {
     const int64_t rows = 19, k = 512;
@@ -476,11 +480,11 @@ TEST(KQuantKernels, PackedLayoutRoundTripsAndCostsAtMost3Percent) {
         const float d = f16_to_f32(packed_kquant_d(g, t, r % 16, sb));
         const int q = packed_kquant_q(t, g, r % 16, i);
         float v;
-        if (t != DType::Q6_K) {
+        if (!kquant_scale_per_16(t)) {
           v = d * float(packed_kquant_scale(t, g, r % 16, sb, j)) * float(q) -
               f16_to_f32(packed_kquant_dmin(g, t, r % 16, sb)) * float(packed_kquant_min(g, t, r % 16, sb, j));
         } else {
-          v = d * float(packed_kquant_scale(t, g, r % 16, sb, (i % 256) / 16)) * float(q - 32);
+          v = d * float(packed_kquant_scale(t, g, r % 16, sb, (i % 256) / 16)) * float(q - kquant_q_offset(t));
         }
         if (r >= rows) {
           ASSERT_EQ(v, 0.0f) << "padding row " << r;
@@ -490,7 +494,7 @@ TEST(KQuantKernels, PackedLayoutRoundTripsAndCostsAtMost3Percent) {
       }
     }
     const double ratio = double(packed_kquant_super_bytes(t)) / (16.0 * ops::row(t).block_bytes);
-    EXPECT_LE(ratio, 1.03) << ops::row(t).name;
+    EXPECT_LE(ratio, 1.04) << ops::row(t).name;  // Q3_K 1.036, Q4_K 1.028
   }
 }
 

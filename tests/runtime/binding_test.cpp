@@ -488,7 +488,8 @@ TEST_F(Binding, EveryWeightTypeRunsAsItsValues) {
 // GEMM on rows expanded per task) gives the logits of the same prompt in
 // chunks of 8 (the batch kernel), bit for bit: each GEMM row is the GEMV's.
 TEST_F(Binding, KQuantPrefillGemmIsBitwiseTheBatchKernel) {
-  for (ops::DType t : {ops::DType::Q4_K, ops::DType::Q5_K, ops::DType::Q6_K, ops::DType::Q4_1, ops::DType::Q5_1}) {
+  for (ops::DType t : {ops::DType::Q3_K, ops::DType::Q4_K, ops::DType::Q5_K, ops::DType::Q6_K, ops::DType::Q4_1,
+                       ops::DType::Q5_1}) {
     SCOPED_TRACE(ops::row(t).name);
     const std::string path = synth_gguf(std::string("prefill_") + ops::row(t).name, of_type(t));
     const auto model = model_declaring(t);

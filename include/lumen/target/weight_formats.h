@@ -19,9 +19,9 @@ namespace lumen {
 // GEMV and batch kernels; packed_float.h: F16, BF16, F32).
 inline constexpr ops::DType kPackedFormats[] = {ops::DType::Q8_0, ops::DType::Q4_0, ops::DType::Q5_0,
                                                 ops::DType::Q4_1, ops::DType::Q5_1, ops::DType::IQ4_NL,
-                                                ops::DType::IQ4_XS, ops::DType::Q4_K, ops::DType::Q5_K,
-                                                ops::DType::Q6_K, ops::DType::F16, ops::DType::BF16,
-                                                ops::DType::F32};
+                                                ops::DType::IQ4_XS, ops::DType::Q3_K, ops::DType::Q4_K,
+                                                ops::DType::Q5_K, ops::DType::Q6_K, ops::DType::F16,
+                                                ops::DType::BF16, ops::DType::F32};
 
 // Whether `format` is one of kPackedFormats.
 constexpr bool is_packed_format(ops::DType format) {
