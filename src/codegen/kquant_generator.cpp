@@ -594,31 +594,24 @@ class KQuantGenerator : public CodeGenerator {
             }
           }
         } else {
-          for (int s = 0; s < 2; ++s) {
-            vpmovsxbd(A, ptr[g + jo_ + 16 * s + 8 * h]);  // int8 scales of 16-block s
-            vcvtdq2ps(A, A);
-            vmulps(A, A, S);  // sc * d
-            for (int t = 0; t < tc; ++t) {
-              const int a = pair(tc, i, h, t);
-              const Xmm acc = iacc(a, s);
-              times_dx(T, A, t);
-              vcvtdq2ps(acc, acc);
-              accumulate(a, acc, T);
-            }
-          }
+          scale_terms_per_16(i, h, tc);
         }
       }
     }
   }
 
-  // Q2_K's fp32 stage of packed group i, half h (S holds d): the scale terms,
-  // then the min terms (the 4-bit sc and m of 16-block s share a byte).
-  void q2k_fp_stage(int i, int h, int tc) {
-    const Xmm S = tH(), A = tA(), T = tT(), X = tL();
-    const Reg64& g = group_ptr_[i];
+  // acc = fma(float(isum_s), (sc_s * d) * dx, acc), s = 0, 1, of packed group
+  // i, half h (S holds d): Q6_K's and Q3_K's int8 scales, Q2_K's low nibbles.
+  void scale_terms_per_16(int i, int h, int tc) {
+    const Xmm S = tH(), A = tA(), T = tT();
     for (int s = 0; s < 2; ++s) {
-      vpmovzxbd(A, ptr[g + jo_ + 16 * s + 8 * h]);
-      vand(A, A, cst(kNib));
+      const Address scales = ptr[group_ptr_[i] + jo_ + 16 * s + 8 * h];
+      if (type_ == DType::Q2_K) {
+        vpmovzxbd(A, scales);
+        vand(A, A, cst(kNib));
+      } else {
+        vpmovsxbd(A, scales);
+      }
       vcvtdq2ps(A, A);
       vmulps(A, A, S);  // sc * d
       for (int t = 0; t < tc; ++t) {
@@ -629,6 +622,14 @@ class KQuantGenerator : public CodeGenerator {
         accumulate(a, acc, T);
       }
     }
+  }
+
+  // Q2_K's fp32 stage of packed group i, half h (S holds d): the scale terms,
+  // then the min terms (the 4-bit sc and m of 16-block s share a byte).
+  void q2k_fp_stage(int i, int h, int tc) {
+    const Xmm S = tH(), A = tA(), X = tL();
+    const Reg64& g = group_ptr_[i];
+    scale_terms_per_16(i, h, tc);
     vcvtph2ps(S, ptr[g + 32 + 16 * h]);  // dmin
     for (int s = 0; s < 2; ++s) {
       vpmovzxbd(A, ptr[g + jo_ + 16 * s + 8 * h]);

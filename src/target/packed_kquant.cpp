@@ -160,27 +160,6 @@ void pack_group_min_type(const Block* rows, int64_t n_rows, int64_t supers, int6
   }
 }
 
-void pack_group_q6k(const quant::BlockQ6_K* rows, int64_t n_rows, int64_t supers, uint8_t* g) {
-  const int64_t super_bytes = kQ6KHeaderBytes + kKQuantSubBlocks * kQ6KSubBytes;
-  std::memset(g, 0, supers * super_bytes);
-  uint8_t q[kKQuantSuperK];
-  for (int64_t sb = 0; sb < supers; ++sb) {
-    uint8_t* s = g + sb * super_bytes;
-    for (int64_t r = 0; r < n_rows; ++r) {
-      const quant::BlockQ6_K& b = rows[r * supers + sb];
-      q6k_values(b, q);
-      std::memcpy(s + 2 * r, &b.d, 2);
-      for (int j = 0; j < kKQuantSubBlocks; ++j) {
-        uint8_t* sub = s + kQ6KHeaderBytes + j * kQ6KSubBytes;
-        sub[r] = uint8_t(b.scales[2 * j]);
-        sub[16 + r] = uint8_t(b.scales[2 * j + 1]);
-        put_quant_vectors(q, j, r, sub + 32);
-        put_two_bit_vectors(q, j, r, 4, sub + kKQuantHighBits);
-      }
-    }
-  }
-}
-
 // The 256 q (0..3) of a Q2_K block, in the order of ggml's dequantize_row_q2_K.
 void q2k_values(const quant::BlockQ2_K& b, uint8_t* q) {
   for (int half = 0; half < 2; ++half)
@@ -188,51 +167,67 @@ void q2k_values(const quant::BlockQ2_K& b, uint8_t* q) {
       for (int l = 0; l < 32; ++l) q[128 * half + 32 * shift + l] = uint8_t((b.qs[32 * half + l] >> (2 * shift)) & 3);
 }
 
-void pack_group_q2k(const quant::BlockQ2_K* rows, int64_t n_rows, int64_t supers, uint8_t* g) {
-  const int64_t super_bytes = kQ4KHeaderBytes + kKQuantSubBlocks * kQ2KSubBytes;
+// Packs the 16-row group at g (n_rows rows of `supers` GGUF blocks, the
+// group's super-blocks of super_bytes each): fill(block, super-block bytes, r)
+// writes row r of one super-block.
+template <class Block, class Fill>
+void pack_group(const Block* rows, int64_t n_rows, int64_t supers, int64_t super_bytes, uint8_t* g, Fill fill) {
   std::memset(g, 0, supers * super_bytes);
-  uint8_t q[kKQuantSuperK];
-  for (int64_t sb = 0; sb < supers; ++sb) {
-    uint8_t* s = g + sb * super_bytes;
-    for (int64_t r = 0; r < n_rows; ++r) {
-      const quant::BlockQ2_K& b = rows[r * supers + sb];
-      q2k_values(b, q);
-      std::memcpy(s + 2 * r, &b.d, 2);
-      std::memcpy(s + 32 + 2 * r, &b.dmin, 2);
-      for (int j = 0; j < kKQuantSubBlocks; ++j) {
-        uint8_t* sub = s + kQ4KHeaderBytes + j * kQ2KSubBytes;
-        sub[r] = b.scales[2 * j];
-        sub[16 + r] = b.scales[2 * j + 1];
-        put_two_bit_vectors(q, j, r, 0, sub + kKQuantTwoBits);
-      }
-    }
-  }
+  for (int64_t sb = 0; sb < supers; ++sb)
+    for (int64_t r = 0; r < n_rows; ++r) fill(rows[r * supers + sb], g + sb * super_bytes, r);
+}
+
+void pack_group_q6k(const quant::BlockQ6_K* rows, int64_t n_rows, int64_t supers, uint8_t* g) {
+  pack_group(rows, n_rows, supers, kQ6KHeaderBytes + kKQuantSubBlocks * kQ6KSubBytes, g,
+             [](const quant::BlockQ6_K& b, uint8_t* s, int64_t r) {
+               uint8_t q[kKQuantSuperK];
+               q6k_values(b, q);
+               std::memcpy(s + 2 * r, &b.d, 2);
+               for (int j = 0; j < kKQuantSubBlocks; ++j) {
+                 uint8_t* sub = s + kQ6KHeaderBytes + j * kQ6KSubBytes;
+                 sub[r] = uint8_t(b.scales[2 * j]);
+                 sub[16 + r] = uint8_t(b.scales[2 * j + 1]);
+                 put_quant_vectors(q, j, r, sub + 32);
+                 put_two_bit_vectors(q, j, r, 4, sub + kKQuantHighBits);
+               }
+             });
+}
+
+void pack_group_q2k(const quant::BlockQ2_K* rows, int64_t n_rows, int64_t supers, uint8_t* g) {
+  pack_group(rows, n_rows, supers, kQ4KHeaderBytes + kKQuantSubBlocks * kQ2KSubBytes, g,
+             [](const quant::BlockQ2_K& b, uint8_t* s, int64_t r) {
+               uint8_t q[kKQuantSuperK];
+               q2k_values(b, q);
+               std::memcpy(s + 2 * r, &b.d, 2);
+               std::memcpy(s + 32 + 2 * r, &b.dmin, 2);
+               for (int j = 0; j < kKQuantSubBlocks; ++j) {
+                 uint8_t* sub = s + kQ4KHeaderBytes + j * kQ2KSubBytes;
+                 sub[r] = b.scales[2 * j];
+                 sub[16 + r] = b.scales[2 * j + 1];
+                 put_two_bit_vectors(q, j, r, 0, sub + kKQuantTwoBits);
+               }
+             });
 }
 
 void pack_group_q3k(const quant::BlockQ3_K* rows, int64_t n_rows, int64_t supers, uint8_t* g) {
-  const int64_t super_bytes = kQ6KHeaderBytes + kKQuantSubBlocks * kQ3KSubBytes;
-  std::memset(g, 0, supers * super_bytes);
-  uint8_t q[kKQuantSuperK];
-  int8_t scales[16];
-  for (int64_t sb = 0; sb < supers; ++sb) {
-    uint8_t* s = g + sb * super_bytes;
-    for (int64_t r = 0; r < n_rows; ++r) {
-      const quant::BlockQ3_K& b = rows[r * supers + sb];
-      q3k_values(b, q, scales);
-      std::memcpy(s + 2 * r, &b.d, 2);
-      for (int j = 0; j < kKQuantSubBlocks; ++j) {
-        uint8_t* sub = s + kQ6KHeaderBytes + j * kQ3KSubBytes;
-        sub[r] = uint8_t(scales[2 * j]);
-        sub[16 + r] = uint8_t(scales[2 * j + 1]);
-        put_two_bit_vectors(q, j, r, 0, sub + kKQuantTwoBits);
-        for (int i = 0; i < 4; ++i) {
-          uint8_t byte = 0;
-          for (int e = 0; e < 8; ++e) byte |= uint8_t(((q[32 * j + 4 * e + i] >> 2) & 1) << e);
-          sub[kQ3KThirdBits + 4 * r + i] = byte;
-        }
-      }
-    }
-  }
+  pack_group(rows, n_rows, supers, kQ6KHeaderBytes + kKQuantSubBlocks * kQ3KSubBytes, g,
+             [](const quant::BlockQ3_K& b, uint8_t* s, int64_t r) {
+               uint8_t q[kKQuantSuperK];
+               int8_t scales[16];
+               q3k_values(b, q, scales);
+               std::memcpy(s + 2 * r, &b.d, 2);
+               for (int j = 0; j < kKQuantSubBlocks; ++j) {
+                 uint8_t* sub = s + kQ6KHeaderBytes + j * kQ3KSubBytes;
+                 sub[r] = uint8_t(scales[2 * j]);
+                 sub[16 + r] = uint8_t(scales[2 * j + 1]);
+                 put_two_bit_vectors(q, j, r, 0, sub + kKQuantTwoBits);
+                 for (int i = 0; i < 4; ++i) {
+                   uint8_t byte = 0;
+                   for (int e = 0; e < 8; ++e) byte |= uint8_t(((q[32 * j + 4 * e + i] >> 2) & 1) << e);
+                   sub[kQ3KThirdBits + 4 * r + i] = byte;
+                 }
+               }
+             });
 }
 
 // The 16 fp16 values at h (a group's d, dmin or m, row r at 2r) as fp32,
