@@ -306,12 +306,12 @@ class KQuantGenerator : public CodeGenerator {
             for (int h = 0; h < halves_; ++h) vzero(iacc(pair(tc, i, h, t), s));
           continue;
         }
-        if (expanded_ && s == 1) {  // Q6_K (Q3_K runs as Q6_K)
-          // -32 * (sum of x 16..31) = ActBlock::sum / 4 - (-32 * sum of x 0..15), exact ints:
-          // the GEMM spends 3 operations on the second half, not 7.
+        if (s == 1) {
+          // -32 * (sum of x 16..31) = ActBlock::sum / 4 - (-32 * sum of x 0..15), exact ints
+          // (Q3_K: -4 *, sum / 32): 3 operations on the second half, not 7.
           const Xmm first = iacc(pair(tc, 0, 0, t), 1);
           vpbroadcastd(first, ptr[token_ptr_[t] + xo_ + kXSum]);
-          vpsrad(first, first, 2);
+          vpsrad(first, first, type_ == DType::Q3_K ? 5 : 2);
           vpsubd(first, first, iacc(pair(tc, 0, 0, t), 0));
           for (int i = 0; i < pc; ++i)
             for (int h = 0; h < halves_; ++h)
