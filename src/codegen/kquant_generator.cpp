@@ -802,9 +802,14 @@ KQuantShape kquant_kernel_shape(Isa isa, const program::KernelId& kernel) {
   }
   // Batch: the most tokens (up to the batch size), then the most groups (up
   // to 2 packed), with the fp32 accumulators in registers when that ties.
+  // The types with two int accumulators (a scale per 16-block: 2 to 4 FMAs
+  // per row, token and 32-block, each a load-FMA-store chain in a stack slot)
+  // always keep them in registers: fewer tokens per tile measured faster
+  // (docs/kernels.md, "Q3_K and Q2_K kernels").
   int64_t best_t = 0;
   for (int64_t g = std::max(1, 2 / mult); g >= 1; --g) {
     for (bool mem : {false, true}) {
+      if (mem && nsub(t) == 2) continue;
       int64_t tok = 0;
       while (tok < program::KernelId::kBatchMaxTokens && tile_ok(isa, t, g * mult, tok + 1, mem)) ++tok;
       if (tok > best_t) {
