@@ -70,7 +70,7 @@ constexpr int kXD = offsetof(ActBlock, d), kXSum = offsetof(ActBlock, sum), kXQs
 
 // Stack frame (bytes from rsp); fp32 accumulator slots follow at kFloatAccs.
 constexpr int kMg = 0, kNt = 8, kGroupsTotal = 16, kGroupStride = 24, kTileStride = 32, kKEnd = 40,
-              kXStrideBytes = 48, kFloatAccs = 64;
+              kXStrideBytes = 48, kSavedRsp = 56, kFloatAccs = 64;
 constexpr int kTemps = 4;  // vector temporaries above the accumulators
 
 // 64-byte constants: SiLU's (as the Q8_0 kernels'), then the unpacking ones.
@@ -154,7 +154,12 @@ class KQuantGenerator : public CodeGenerator {
   void generate() {
     const Reg64 callee_saved[] = {rbx, rbp, r12, r13, r14, r15};
     for (const Reg64& r : callee_saved) push(r);
+    // The frame 64-byte aligned, so that no vector slot splits a cache line
+    // (a split slot keeps a store from forwarding to the next FMA's load).
+    mov(r11, rsp);
     sub(rsp, frame_bytes());
+    and_(rsp, -64);
+    mov(qword[rsp + kSavedRsp], r11);
     Label done, m_loop, n_loop, n_next;
 
     mov(rax, qword[args_ + kArgMRows]);
@@ -207,7 +212,7 @@ class KQuantGenerator : public CodeGenerator {
 
     L(done);
     vzeroupper();
-    add(rsp, frame_bytes());
+    mov(rsp, qword[rsp + kSavedRsp]);
     for (int i = 5; i >= 0; --i) pop(callee_saved[i]);
     ret();
     emit_constants();
