@@ -117,7 +117,7 @@ struct Weights {
   double pack_gbs = 0;  // load-time repack speed, best copy
 };
 
-// k-quant weights (--format q4_k, q5_k, q6_k): random blocks with a finite scale,
+// k-quant weights (--format q2_k, q3_k, q4_k, q5_k, q6_k): random blocks with a finite scale,
 // packed as the k-quant kernels read them.
 Weights make_kquant_weights(ops::DType t, const Shape& s, int64_t min_total_bytes) {
   const int64_t rows = s.epilogue == Epilogue::SiluMul ? 2 * s.m : s.m;
@@ -125,12 +125,12 @@ Weights make_kquant_weights(ops::DType t, const Shape& s, int64_t min_total_byte
   std::mt19937 rng(1);
   std::vector<uint8_t> src(rows * row_bytes);
   for (auto& b : src) b = uint8_t(rng());
-  // d (and dmin) are the first fp16 of a Q4_K or Q5_K block, the last of a Q6_K one.
-  const int64_t d_off = t != ops::DType::Q6_K ? 0 : block - 2;
+  // d (and dmin) open a Q4_K or Q5_K block and close a Q2_K (d, dmin), Q3_K or Q6_K one.
+  const int64_t d_off = t == ops::DType::Q2_K ? block - 4 : has_q6k_form(t) ? block - 2 : 0;
   for (int64_t i = 0; i < int64_t(src.size()); i += block) {
     const uint16_t d = f32_to_f16(0.001f);
     std::memcpy(&src[i + d_off], &d, 2);
-    if (t != ops::DType::Q6_K) std::memcpy(&src[i + 2], &d, 2);
+    if (!has_q6k_form(t)) std::memcpy(&src[i + d_off + 2], &d, 2);
   }
   Weights w;
   w.bytes = packed_kquant_bytes(t, rows, s.k);
@@ -357,7 +357,7 @@ double time_expanded_gemm(SpinPool& pool, MatMulFn fn, ops::DType t, const Weigh
   const int64_t task_groups = task_rows / 16, tasks = groups / task_groups;  // whole tasks: the same work each call
   if (fn == nullptr) fn = [](const MatMulArgs*) {};  // the expansion alone
   std::vector<std::vector<uint8_t>> scratch(size_t(pool.threads()),
-                                            std::vector<uint8_t>(size_t(task_groups * mult * kb * kExpandedKQuantBlockBytes)));
+                                            std::vector<uint8_t>(size_t(task_groups * mult * kb * expanded_kquant_block_bytes(t))));
   const double per_call = time_calls(
       [&](int64_t rep) {
         const uint8_t* base = w.copy(rep);
@@ -427,7 +427,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.01, 10000.0));
   app.add_option("--cold-bytes", cold_bytes, "weight bytes cycled through per shape (beyond the caches)");
   app.add_option("--format", format_name,
-                 "packed weight format: q8_0, q4_0, q5_0, q4_1, q5_1, iq4_nl or iq4_xs (the table only); f16, bf16 or f32 (their table); q4_k, q5_k or q6_k "
+                 "packed weight format: q8_0, q4_0, q5_0, q4_1, q5_1, iq4_nl or iq4_xs (the table only); f16, bf16 or f32 (their table); q2_k, q3_k, q4_k, q5_k or q6_k "
                  "(GEMV and batch kernels, K = 4864; then prefill per token at N = 512 against the Q8_0 GEMM, K = 4864, "
                  "1024, 2048)");
   std::string only;
@@ -479,7 +479,7 @@ int main(int argc, char** argv) {
   }
   const std::optional<ops::DType> format = ops::parse_dtype(format_name);
   if (!format || !is_packed_format(*format)) {
-    fmt::print(stderr, "lumen-bench-kernels: unknown --format '{}' (q8_0, q4_0, q5_0, q4_1, q5_1, iq4_nl, q4_k, q5_k, q6_k, f16, bf16, f32)\n", format_name);
+    fmt::print(stderr, "lumen-bench-kernels: unknown --format '{}' (q8_0, q4_0, q5_0, q4_1, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, f16, bf16, f32)\n", format_name);
     return 1;
   }
   if (*format != ops::DType::Q8_0 && (small_n || !(sweep.empty() || (has_packed_kquant(*format) && sweep == "gemm")))) {

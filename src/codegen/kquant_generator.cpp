@@ -1,30 +1,38 @@
-// The k-quant (Q4_K, Q5_K, Q6_K) GEMV and batch kernel generator (xbyak), on the
+// The k-quant (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) GEMV and batch kernel generator (xbyak), on the
 // packed layouts of target/packed_kquant.h, for every ISA and epilogue.
 //
 // A call walks output row tiles (outer) and token tiles (inner). A register
 // tile holds `pc` packed 16-row groups x `tc` tokens and walks k one 32-block
 // (sub-block) at a time:
-//   int stage: the quants are u8 (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63), so each 64-byte
-//     vector is unpacked with masks and shifts to 2 x 4 consecutive k of 16
+//   int stage: the quants are u8 (Q2_K 0..3, Q3_K 0..7, Q4_K 0..15, Q5_K 0..31, Q6_K 0..63), so each 64-byte
+//     vector is unpacked with masks and shifts to 2 x 4 (Q2_K, Q3_K: 4 or 8 x 4) consecutive k of 16
 //     rows and multiplied by the activation dwords with vpdpbusd (VNNI) or
 //     vpmaddubsw + vpmaddwd (no saturation: 63 * 128 * 2 < 32768). Q6_K's
-//     values are q - 32 with a scale per 16: each of its two int accumulators
-//     per 32-block starts at -32 * (sum of the 16 x), so it ends exact.
+//     values are q - 32 (Q3_K's q - 4) with a scale per 16: each of its two int accumulators
+//     per 32-block starts at -32 (-4) * (sum of the 16 x), so it ends exact.
+//     Q2_K has two as well (a scale per 16), starting at 0; per token and
+//     32-block X_s = float(-(sum of the 16 qx of 16-block s)) * dx goes to the
+//     stack for its min terms.
 //   fp32 stage, per row and token, always in this order (the reference does
 //     the same, and it does not depend on the tile, so a batch kernel's row of
 //     token t is bit-identical to the GEMV's):
 //     Q4_K, Q5_K: acc = fma(float(isum), (d * sc) * dx, acc);
 //           acc = fma((dmin * m) * (1/128), float(ActBlock::sum) * dx, acc)
 //           (ActBlock::sum = -128 * sum(qx), so this subtracts dmin*m*sum(x));
-//     Q6_K: acc = fma(float(isum_s), (sc_s * d) * dx, acc) for s = 0, 1.
+//     Q6_K, Q3_K: acc = fma(float(isum_s), (sc_s * d) * dx, acc) for s = 0, 1;
+//     Q2_K: acc = fma(float(isum_s), (sc_s * d) * dx, acc) for s = 0, 1, then
+//           acc = fma(m_s * dmin, X_s, acc) for s = 0, 1.
 // Edge tiles (fewer groups or tokens) get their own bodies; rows past m_rows
 // are never stored (masked stores). The epilogues are the Q8_0 kernels'.
 //
 // The prefill GEMM (KernelKind::Gemm) reads the expanded layout instead
 // (packed_kquant.h expand_kquant, made once per task): u8 q ready for the dot
-// products and the fp32 factors (d * sc, (dmin * m) * (1/128), Q6_K's sc * d)
+// products and the fp32 factors (d * sc, (dmin * m) * (1/128), Q6_K's sc * d,
+// Q2_K's sc_s * d and m_s * dmin)
 // as the stage above computes them, so the same operations in the same order
 // give the same bits without the unpacking and scale set-up per token tile.
+// Q3_K expands to Q6_K (q + 28, the same factors; the same ints since
+// q - 4 = (q + 28) - 32) and runs Q6_K's GEMM.
 // Q4_1 and Q5_1 (d * q + m) expand to Q4_K's two terms: factors d and
 // m * (-1/128), their GEMV's (matmul_generator.cpp) fp32 stage; being
 // 32-wide, their GEMM takes any k_blocks.
@@ -62,13 +70,13 @@ constexpr int kXD = offsetof(ActBlock, d), kXSum = offsetof(ActBlock, sum), kXQs
 
 // Stack frame (bytes from rsp); fp32 accumulator slots follow at kFloatAccs.
 constexpr int kMg = 0, kNt = 8, kGroupsTotal = 16, kGroupStride = 24, kTileStride = 32, kKEnd = 40,
-              kXStrideBytes = 48, kFloatAccs = 64;
+              kXStrideBytes = 48, kSavedRsp = 56, kFloatAccs = 64;
 constexpr int kTemps = 4;  // vector temporaries above the accumulators
 
 // 64-byte constants: SiLU's (as the Q8_0 kernels'), then the unpacking ones.
 enum Const {
   kSignMask, kExpHi, kExpLo, kLog2e, kLn2Hi, kLn2Lo, kP0, kP1, kP2, kP3, kP4, kP5, kOne,
-  kInv128, kNib, kHigh2, kBit4, kU8One, kI16One, kI16Minus32, kNumConsts
+  kInv128, kNib, kHigh2, kBit4, kU8One, kI16One, kI16Minus32, kLow2, kBit2, kI16Minus4, kI16MinusOne, kNumConsts
 };
 
 int nsub(DType t) { return int(kquant_int_accumulators(t)); }
@@ -82,22 +90,24 @@ bool tile_ok(Isa isa, DType t, int64_t packed_groups, int64_t tokens, bool fp_me
 class KQuantGenerator : public CodeGenerator {
  public:
   KQuantGenerator(Isa isa, DType type, Epilogue epi, const KQuantShape& shape)
-      : CodeGenerator(1 << 20), isa_(isa), type_(type), epi_(epi), shape_(shape) {
+      : CodeGenerator(1 << 20), isa_(isa), type_(shape.expanded && type == DType::Q3_K ? DType::Q6_K : type),
+        epi_(epi), shape_(shape) {
     zmm_ = !is_ymm_isa(isa);
     halves_ = int(vectors_per_group(isa));
     mult_ = mult_of(epi);
-    nsub_ = nsub(type);
+    nsub_ = nsub(type_);
     facc_mem_ = shape.fp32_acc_in_memory;
     expanded_ = shape.expanded;
     x_regs_ = expanded_ && temp_base() + kTemps + int(shape.tokens) <= (zmm_ ? 32 : 16);
-    kquant_ = has_packed_kquant(type);
+    expanded_block_ = int(expanded_kquant_block_bytes(type_));
+    kquant_ = has_packed_kquant(type_);
     LUMEN_ASSERT(kquant_ || expanded_, "only the GEMM over expanded rows takes a 32-wide type");
     if (kquant_) {
-      header_ = int(packed_kquant_header_bytes(type));
-      sub_ = int(packed_kquant_sub_bytes(type));
-      super_ = int(packed_kquant_super_bytes(type));
+      header_ = int(packed_kquant_header_bytes(type_));
+      sub_ = int(packed_kquant_sub_bytes(type_));
+      super_ = int(packed_kquant_super_bytes(type_));
     }
-    LUMEN_ASSERT(tile_ok(isa, type, shape.groups * mult_, shape.tokens, facc_mem_),
+    LUMEN_ASSERT(tile_ok(isa, type_, shape.groups * mult_, shape.tokens, facc_mem_),
                  "k-quant kernel shape does not fit the register file");
     generate();
   }
@@ -119,7 +129,13 @@ class KQuantGenerator : public CodeGenerator {
   Xmm iacc(int a, int s) const { return vec(a * nsub_ + s); }
   Xmm facc(int a) const { return vec(max_int() + a); }
   Address facc_slot(int a) { return ptr[rsp + kFloatAccs + vec_bytes() * a]; }
-  int frame_bytes() const { return kFloatAccs + (facc_mem_ ? vec_bytes() * max_fp() : 0); }
+  // Q2_K's X_0, X_1 of token t (init_int_accs) at 16 s of a 32-byte slot above the fp32 ones.
+  Address x_sums(int t, int s) {
+    return ptr[rsp + kFloatAccs + (facc_mem_ ? vec_bytes() * max_fp() : 0) + 32 * t + 16 * s];
+  }
+  int frame_bytes() const {
+    return kFloatAccs + (facc_mem_ ? vec_bytes() * max_fp() : 0) + (type_ == DType::Q2_K ? 32 * int(shape_.tokens) : 0);
+  }
   Address cst(Const c) { return ptr[rip + consts_ + 64 * int(c)]; }
 
   const Reg64 pointer_regs_[kTilePointerRegs] = {r8, r9, r10, r11, rbx, rbp, r12, r13, r14, r15, rsi, rdx};
@@ -138,7 +154,12 @@ class KQuantGenerator : public CodeGenerator {
   void generate() {
     const Reg64 callee_saved[] = {rbx, rbp, r12, r13, r14, r15};
     for (const Reg64& r : callee_saved) push(r);
+    // The frame 64-byte aligned, so that no vector slot splits a cache line
+    // (a split slot keeps a store from forwarding to the next FMA's load).
+    mov(r11, rsp);
     sub(rsp, frame_bytes());
+    and_(rsp, -64);
+    mov(qword[rsp + kSavedRsp], r11);
     Label done, m_loop, n_loop, n_next;
 
     mov(rax, qword[args_ + kArgMRows]);
@@ -159,7 +180,7 @@ class KQuantGenerator : public CodeGenerator {
     imul(rcx, rax, sizeof(ActBlock));
     mov(qword[rsp + kKEnd], rcx);
     if (expanded_) {
-      imul(rcx, rax, int(kExpandedKQuantBlockBytes));
+      imul(rcx, rax, expanded_block_);
     } else {
       shr(rax, 3);
       imul(rcx, rax, super_);
@@ -191,7 +212,7 @@ class KQuantGenerator : public CodeGenerator {
 
     L(done);
     vzeroupper();
-    add(rsp, frame_bytes());
+    mov(rsp, qword[rsp + kSavedRsp]);
     for (int i = 5; i >= 0; --i) pop(callee_saved[i]);
     ret();
     emit_constants();
@@ -206,7 +227,8 @@ class KQuantGenerator : public CodeGenerator {
     L(consts_);
     for (float v : f)
       for (int i = 0; i < 16; ++i) dd(std::bit_cast<uint32_t>(v));
-    const uint32_t ints[] = {0x0F0F0F0Fu, 0x30303030u, 0x10101010u, 0x01010101u, 0x00010001u, 0xFFE0FFE0u};
+    const uint32_t ints[] = {0x0F0F0F0Fu, 0x30303030u, 0x10101010u, 0x01010101u, 0x00010001u,
+                             0xFFE0FFE0u, 0x03030303u, 0x04040404u, 0xFFFCFFFCu, 0xFFFFFFFFu};
     static_assert(std::size(ints) == kNumConsts - kNib);
     for (uint32_t v : ints)
       for (int i = 0; i < 16; ++i) dd(v);
@@ -234,7 +256,7 @@ class KQuantGenerator : public CodeGenerator {
       xor_(jo_, jo_);
       L(j_loop);
       expanded_sub_block(pc, tc);
-      add(jo_, int(kExpandedKQuantBlockBytes));
+      add(jo_, expanded_block_);
       add(xo_, int(sizeof(ActBlock)));
       cmp(xo_, qword[rsp + kKEnd]);
       jb(j_loop, T_NEAR);
@@ -277,21 +299,24 @@ class KQuantGenerator : public CodeGenerator {
     }
   }
 
-  // Integer accumulators: 0, or for Q6_K -32 * (sum of the 16 x of the half).
+  // Integer accumulators: 0, or for Q6_K (Q3_K) -32 (-4) * (sum of the 16 x of the half);
+  // Q2_K's X_s of each token.
   void init_int_accs(int pc, int tc) {
+    if (type_ == DType::Q2_K)
+      for (int t = 0; t < tc; ++t) q2k_x_sums(t);
     for (int t = 0; t < tc; ++t) {
       for (int s = 0; s < nsub_; ++s) {
-        if (type_ != DType::Q6_K) {
+        if (!has_q6k_form(type_)) {
           for (int i = 0; i < pc; ++i)
             for (int h = 0; h < halves_; ++h) vzero(iacc(pair(tc, i, h, t), s));
           continue;
         }
-        if (expanded_ && s == 1) {
-          // -32 * (sum of x 16..31) = ActBlock::sum / 4 - (-32 * sum of x 0..15), exact ints:
-          // the GEMM spends 3 operations on the second half, not 7.
+        if (s == 1) {
+          // -32 * (sum of x 16..31) = ActBlock::sum / 4 - (-32 * sum of x 0..15), exact ints
+          // (Q3_K: -4 *, sum / 32): 3 operations on the second half, not 7.
           const Xmm first = iacc(pair(tc, 0, 0, t), 1);
           vpbroadcastd(first, ptr[token_ptr_[t] + xo_ + kXSum]);
-          vpsrad(first, first, 2);
+          vpsrad(first, first, type_ == DType::Q3_K ? 5 : 2);
           vpsubd(first, first, iacc(pair(tc, 0, 0, t), 0));
           for (int i = 0; i < pc; ++i)
             for (int h = 0; h < halves_; ++h)
@@ -301,7 +326,7 @@ class KQuantGenerator : public CodeGenerator {
         const Xmm a(tA().getIdx()), b(tT().getIdx()), one(tH().getIdx());
         zmm_ ? vmovdqu8(one, cst(kU8One)) : vmovdqu(one, cst(kU8One));
         vpmaddubsw(a, one, xq(t, 16 * s));
-        vpmaddwd(a, a, cst(kI16Minus32));
+        vpmaddwd(a, a, cst(type_ == DType::Q3_K ? kI16Minus4 : kI16Minus32));
         vpshufd(b, a, 0x4E);
         vpaddd(a, a, b);
         vpshufd(b, a, 0xB1);
@@ -315,13 +340,30 @@ class KQuantGenerator : public CodeGenerator {
     }
   }
 
+  // X_s = float(-(sum of qx 16s .. 16s + 15)) * dx of token t, s = 0, 1, to
+  // x_sums(t, s): one ymm of the 32 qx, each 128-bit lane reduced to its sum.
+  void q2k_x_sums(int t) {
+    const Ymm a(tA().getIdx()), b(tT().getIdx()), one(tH().getIdx());
+    zmm_ ? vmovdqu8(one, cst(kU8One)) : vmovdqu(one, cst(kU8One));
+    vpmaddubsw(a, one, ptr[token_ptr_[t] + xo_ + kXQs]);
+    vpmaddwd(a, a, cst(kI16MinusOne));
+    vpshufd(b, a, 0x4E);
+    vpaddd(a, a, b);
+    vpshufd(b, a, 0xB1);
+    vpaddd(a, a, b);
+    vcvtdq2ps(a, a);
+    vbroadcastss(b, ptr[token_ptr_[t] + xo_ + kXD]);
+    vmulps(a, a, b);
+    vmovups(x_sums(t, 0), a);
+  }
+
   // One 32-block of expanded weights (packed_kquant.h): 8 vectors of u8 q,
   // then the fp32 factors; the same arithmetic as sub_block on packed ones.
   void expanded_sub_block(int pc, int tc) {
     init_int_accs(pc, tc);
     const Xmm W = tL();
     for (int e = 0; e < 8; ++e) {
-      const int s = type_ == DType::Q6_K ? e / 4 : 0;
+      const int s = nsub_ == 2 ? e / 4 : 0;
       // Each token's activation dword once into its register, for every row of the tile.
       if (x_regs_)
         for (int t = 0; t < tc; ++t) vpbroadcastd(x_reg(t), xq(t, 4 * e));
@@ -352,7 +394,7 @@ class KQuantGenerator : public CodeGenerator {
     const Xmm Dx = tH(), X = tL(), T = tT();
     for (int t = 0; t < tc; ++t) {
       vbroadcastss(Dx, ptr[token_ptr_[t] + xo_ + kXD]);
-      if (type_ != DType::Q6_K) {
+      if (nsub_ == 1) {
         vpbroadcastd(X, ptr[token_ptr_[t] + xo_ + kXSum]);
         vcvtdq2ps(X, X);
         vmulps(X, X, Dx);
@@ -365,7 +407,7 @@ class KQuantGenerator : public CodeGenerator {
             const int f = int(kExpandedKQuantFactors) + vec_bytes() * h;
             vcvtdq2ps(acc, acc);
             vmulps(T, Dx, ptr[group_ptr_[i] + jo_ + f + 64 * s]);  // (d * sc) * dx
-            if (type_ == DType::Q6_K) {
+            if (nsub_ == 2) {
               accumulate(a, acc, T);
               continue;
             }
@@ -381,6 +423,16 @@ class KQuantGenerator : public CodeGenerator {
           }
         }
       }
+      if (type_ != DType::Q2_K) continue;
+      for (int s = 0; s < 2; ++s) {  // acc = fma(m_s * dmin, X_s, acc)
+        vbroadcastss(X, x_sums(t, s));
+        for (int i = 0; i < pc; ++i) {
+          for (int h = 0; h < halves_; ++h) {
+            vmovups(T, ptr[group_ptr_[i] + jo_ + int(kExpandedKQuantFactors) + 128 + 64 * s + vec_bytes() * h]);
+            accumulate(pair(tc, i, h, t), T, X);
+          }
+        }
+      }
     }
   }
 
@@ -393,6 +445,7 @@ class KQuantGenerator : public CodeGenerator {
         prefetcht0(ptr[group_ptr_[i] + pf]);  // the next super-block's d (and dmin)
       }
     }
+    if (type_ == DType::Q2_K || type_ == DType::Q3_K) return two_bit_sub_block(pc, tc);
     const Xmm L_ = tL(), H_ = tH(), A_ = tA(), T_ = tT();
     for (int v = 0; v < 4; ++v) {
       const int s = type_ == DType::Q6_K ? v / 2 : 0;
@@ -412,7 +465,7 @@ class KQuantGenerator : public CodeGenerator {
           // Low nibbles: k0 .. k0+3; Q6_K's high bits 4s' .. 4s'+1 go to bits 4-5,
           // Q5_K's fifth bit 2v to bit 4.
           vand(A_, L_, cst(kNib));
-          if (type_ == DType::Q5_K) fifth_bit(A_, H_, T_, 4 - 2 * v);
+          if (type_ == DType::Q5_K) or_bit(A_, H_, T_, 4 - 2 * v, kBit4);
           if (type_ == DType::Q6_K) {
             if (v % 2 == 0) {
               vpsllw(T_, H_, 4);
@@ -426,7 +479,7 @@ class KQuantGenerator : public CodeGenerator {
           // High nibbles: k0+4 .. k0+7; Q6_K's high bits 4s'+2 .. 4s'+3, Q5_K's 2v+1.
           vpsrlw(A_, L_, 4);
           vand(A_, A_, cst(kNib));
-          if (type_ == DType::Q5_K) fifth_bit(A_, H_, T_, 3 - 2 * v);
+          if (type_ == DType::Q5_K) or_bit(A_, H_, T_, 3 - 2 * v, kBit4);
           if (type_ == DType::Q6_K) {
             if (v % 2 == 0) {
               vpsllw(T_, H_, 2);
@@ -443,15 +496,39 @@ class KQuantGenerator : public CodeGenerator {
     fp_stage(pc, tc);
   }
 
-  // A |= bit 4 of (H shifted left by `left`, right when negative): the 16-bit
+  // Q2_K's and Q3_K's 32-block: vector e (k0 + 4e .. k0 + 4e + 3, 16-block e / 4) is
+  // the 2-bit field e % 4 of 2-bit vector e / 4 (and Q3_K's bit e of the third bits).
+  void two_bit_sub_block(int pc, int tc) {
+    const Xmm L_ = tL(), H_ = tH(), A_ = tA(), T_ = tT();
+    for (int e = 0; e < 8; ++e) {
+      for (int i = 0; i < pc; ++i) {
+        for (int h = 0; h < halves_; ++h) {
+          const int hb = vec_bytes() * h;
+          const Address low = ptr[group_ptr_[i] + jo_ + int(kKQuantTwoBits) + 64 * (e / 4) + hb];
+          zmm_ ? vmovdqu8(L_, low) : vmovdqu(L_, low);
+          if (e % 4) vpsrlw(L_, L_, 2 * (e % 4));
+          vand(A_, L_, cst(kLow2));
+          if (type_ == DType::Q3_K) {
+            const Address third = ptr[group_ptr_[i] + jo_ + int(kQ3KThirdBits) + hb];
+            zmm_ ? vmovdqu8(H_, third) : vmovdqu(H_, third);
+            or_bit(A_, H_, T_, 2 - e, kBit2);
+          }
+          dots(A_, i, h, tc, e / 4, 4 * e);
+        }
+      }
+    }
+    fp_stage(pc, tc);
+  }
+
+  // A |= bit `mask` of (H shifted left by `left`, right when negative): the 16-bit
   // shifts carry bits across bytes only into positions the mask clears.
-  void fifth_bit(const Xmm& A, const Xmm& H, const Xmm& T, int left) {
+  void or_bit(const Xmm& A, const Xmm& H, const Xmm& T, int left, Const mask) {
     if (left > 0) {
       vpsllw(T, H, left);
     } else if (left < 0) {
       vpsrlw(T, H, -left);
     }
-    vand(T, left == 0 ? H : T, cst(kBit4));
+    vand(T, left == 0 ? H : T, cst(mask));
     vor(A, A, T);
   }
 
@@ -481,7 +558,11 @@ class KQuantGenerator : public CodeGenerator {
       for (int h = 0; h < halves_; ++h) {
         const Reg64& g = group_ptr_[i];
         vcvtph2ps(S, ptr[g + 16 * h]);  // d of 16 (8) rows
-        if (type_ != DType::Q6_K) {
+        if (type_ == DType::Q2_K) {
+          q2k_fp_stage(i, h, tc);
+          continue;
+        }
+        if (!has_q6k_form(type_)) {
           vpmovzxbd(A, ptr[g + jo_ + 8 * h]);  // 6-bit scales
           vcvtdq2ps(A, A);
           vmulps(S, S, A);  // d * sc
@@ -518,19 +599,51 @@ class KQuantGenerator : public CodeGenerator {
             }
           }
         } else {
-          for (int s = 0; s < 2; ++s) {
-            vpmovsxbd(A, ptr[g + jo_ + 16 * s + 8 * h]);  // int8 scales of 16-block s
-            vcvtdq2ps(A, A);
-            vmulps(A, A, S);  // sc * d
-            for (int t = 0; t < tc; ++t) {
-              const int a = pair(tc, i, h, t);
-              const Xmm acc = iacc(a, s);
-              times_dx(T, A, t);
-              vcvtdq2ps(acc, acc);
-              accumulate(a, acc, T);
-            }
-          }
+          scale_terms_per_16(i, h, tc);
         }
+      }
+    }
+  }
+
+  // acc = fma(float(isum_s), (sc_s * d) * dx, acc), s = 0, 1, of packed group
+  // i, half h (S holds d): Q6_K's and Q3_K's int8 scales, Q2_K's low nibbles.
+  void scale_terms_per_16(int i, int h, int tc) {
+    const Xmm S = tH(), A = tA(), T = tT();
+    for (int s = 0; s < 2; ++s) {
+      const Address scales = ptr[group_ptr_[i] + jo_ + 16 * s + 8 * h];
+      if (type_ == DType::Q2_K) {
+        vpmovzxbd(A, scales);
+        vand(A, A, cst(kNib));
+      } else {
+        vpmovsxbd(A, scales);
+      }
+      vcvtdq2ps(A, A);
+      vmulps(A, A, S);  // sc * d
+      for (int t = 0; t < tc; ++t) {
+        const int a = pair(tc, i, h, t);
+        const Xmm acc = iacc(a, s);
+        times_dx(T, A, t);
+        vcvtdq2ps(acc, acc);
+        accumulate(a, acc, T);
+      }
+    }
+  }
+
+  // Q2_K's fp32 stage of packed group i, half h (S holds d): the scale terms,
+  // then the min terms (the 4-bit sc and m of 16-block s share a byte).
+  void q2k_fp_stage(int i, int h, int tc) {
+    const Xmm S = tH(), A = tA(), X = tL();
+    const Reg64& g = group_ptr_[i];
+    scale_terms_per_16(i, h, tc);
+    vcvtph2ps(S, ptr[g + 32 + 16 * h]);  // dmin
+    for (int s = 0; s < 2; ++s) {
+      vpmovzxbd(A, ptr[g + jo_ + 16 * s + 8 * h]);
+      vpsrld(A, A, 4);
+      vcvtdq2ps(A, A);
+      vmulps(A, A, S);  // m * dmin
+      for (int t = 0; t < tc; ++t) {
+        vbroadcastss(X, x_sums(t, s));
+        accumulate(pair(tc, i, h, t), X, A);
       }
     }
   }
@@ -662,7 +775,7 @@ class KQuantGenerator : public CodeGenerator {
   bool zmm_ = true;
   int halves_ = 1, mult_ = 1, nsub_ = 1;
   bool facc_mem_ = false, expanded_ = false, x_regs_ = false, kquant_ = true;
-  int header_ = 0, sub_ = 0, super_ = 0;
+  int header_ = 0, sub_ = 0, super_ = 0, expanded_block_ = 0;
   Label consts_, row_masks_;
 };
 
@@ -695,9 +808,14 @@ KQuantShape kquant_kernel_shape(Isa isa, const program::KernelId& kernel, CpuTun
   }
   // Batch: the most tokens (up to the batch size), then the most groups (up
   // to 2 packed), with the fp32 accumulators in registers when that ties.
+  // The types with two int accumulators (a scale per 16-block: 2 to 4 FMAs
+  // per row, token and 32-block, each a load-FMA-store chain in a stack slot)
+  // always keep them in registers: fewer tokens per tile measured faster
+  // (docs/kernels.md, "Q3_K and Q2_K kernels").
   int64_t best_t = 0;
   for (int64_t g = std::max(1, 2 / mult); g >= 1; --g) {
     for (bool mem : {false, true}) {
+      if (mem && nsub(t) == 2) continue;
       int64_t tok = 0;
       while (tok < program::KernelId::kBatchMaxTokens && tile_ok(isa, t, g * mult, tok + 1, mem)) ++tok;
       if (tok > best_t) {

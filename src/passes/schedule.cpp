@@ -93,10 +93,12 @@ program::KernelId prefill_kernel(Isa target, program::Epilogue e, ops::DType for
   // expanded to u8 quants and fp32 factors (packed_kquant.h): the tile of the most groups x tokens
   // within kKQuantTileM x kKQuantTileN, more tokens on a tie, fp32
   // accumulators in registers where the ISA has room for a tile of
-  // kKQuantMinTokens tokens (docs/kernels.md).
+  // kKQuantMinTokens tokens, and always for the types with two int
+  // accumulators (Q6_K, Q3_K, Q2_K: 2-4 FMAs per row, token and 32-block,
+  // each a load-FMA-store chain in a stack slot; docs/kernels.md).
   if (has_expanded_kquant(format)) {
     const int64_t int_accs = kquant_int_accumulators(format);
-    const bool in_memory = !kquant_tile_fits(target, mult, kKQuantMinTokens, int_accs, false);
+    const bool in_memory = int_accs == 1 && !kquant_tile_fits(target, mult, kKQuantMinTokens, int_accs, false);
     int64_t best_groups = 1, best_tokens = 1;
     for (int64_t groups = 1; groups <= kKQuantTileM / kPackRows; ++groups) {
       for (int64_t tokens = 1; tokens <= kKQuantTileN; ++tokens) {

@@ -407,8 +407,8 @@ void drop_weight_pages(const PackPlan& plan, bool release_file_pages) {
 // the conversion to Q8_0 or the plan changes its output (2: weights of every
 // type; 3: Q4_0, Q5_0, Q4_K, Q5_K and Q6_K in their own formats, IQ4_NL
 // converted exactly; 4: Q4_1, Q5_1 and IQ4_NL in their own formats; 5: F16,
-// BF16 and F32 in their own formats).
-constexpr int kPackLayoutVersion = 5;
+// BF16 and F32 in their own formats; 6: Q3_K in its own format; 7: Q2_K in its own format).
+constexpr int kPackLayoutVersion = 7;
 
 // Each tensor's pages are dropped once it is hashed (drop_file_pages): a
 // hit then never holds the GGUF's weights beside the cache's, and a miss

@@ -52,7 +52,7 @@ void Session::Impl::run_matmul(const ROp& r, const ROp::MatMulKernel& k, const P
       PageBuffer& converted = scratch[static_cast<size_t>(thread)].weights;
       const bool kquant = has_expanded_kquant(k.convert_from);  // expanded for the k-quant GEMM
       const auto need =
-          static_cast<size_t>(groups * args.k_blocks * (kquant ? kExpandedKQuantBlockBytes : kPackedBlockBytes));
+          static_cast<size_t>(groups * args.k_blocks * (kquant ? expanded_kquant_block_bytes(k.convert_from) : kPackedBlockBytes));
       if (converted.size() < need) converted = PageBuffer(need);
       if (kquant) {
         expand_kquant(k.convert_from, args.w, groups, args.k_blocks, converted.data());

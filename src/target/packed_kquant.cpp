@@ -1,8 +1,8 @@
-// Load-time repack of Q4_K, Q5_K and Q6_K rows into the 16-row groups the k-quant
+// Load-time repack of Q2_K, Q3_K, Q4_K, Q5_K and Q6_K rows into the 16-row groups the k-quant
 // kernels stream (layouts in include/lumen/target/packed_kquant.h): the 6-bit
-// scales and mins of Q4_K are expanded to one byte each (+4 bytes per 256
+// scales (and mins) of Q3_K and Q4_K are expanded to one byte each (+4 bytes per 256
 // weights per row), the quants regrouped so that one 64-byte load gives 8
-// consecutive k of 16 rows.
+// (Q3_K: 16 or 32) consecutive k of 16 rows.
 #include "lumen/target/packed_kquant.h"
 
 #include <immintrin.h>
@@ -63,6 +63,38 @@ void q6k_values(const quant::BlockQ6_K& b, uint8_t* q) {
       y[l + 32] = uint8_t((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
       y[l + 64] = uint8_t((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
       y[l + 96] = uint8_t((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+    }
+  }
+}
+
+// The 256 q (0..7, value q - 4) and 16 scales (sc6 - 32) of a Q3_K block, in
+// the order of ggml's dequantize_row_q3_K.
+void q3k_values(const quant::BlockQ3_K& b, uint8_t* q, int8_t* scales) {
+  for (int j = 0; j < 16; ++j) {
+    const int low = j < 8 ? b.scales[j] & 0xF : b.scales[j - 8] >> 4;
+    const int high = (b.scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+    scales[j] = int8_t((low | (high << 4)) - 32);
+  }
+  for (int half = 0; half < 2; ++half) {
+    for (int shift = 0; shift < 4; ++shift) {
+      for (int l = 0; l < 32; ++l) {
+        const int k = 128 * half + 32 * shift + l;
+        const int hbit = (b.hmask[l] >> (4 * half + shift)) & 1;
+        q[k] = uint8_t(((b.qs[32 * half + l] >> (2 * shift)) & 3) | (hbit << 2));
+      }
+    }
+  }
+}
+
+// Writes 2-bit fields of the 32 q of 32-block j of row r (q: the block's 256
+// values; `shift` picks the field) as two vectors u: byte i of row r's dword
+// holds those of k = 32j + 16u + 4p + i at bits 2p (Q6_K's high bits, Q3_K's low ones, Q2_K's q).
+void put_two_bit_vectors(const uint8_t* q, int j, int64_t r, int shift, uint8_t* vectors) {
+  for (int u = 0; u < 2; ++u) {
+    for (int i = 0; i < 4; ++i) {
+      uint8_t byte = 0;
+      for (int p = 0; p < 4; ++p) byte |= uint8_t(((q[32 * j + 16 * u + 4 * p + i] >> shift) & 3) << (2 * p));
+      vectors[64 * u + 4 * r + i] = byte;
     }
   }
 }
@@ -128,33 +160,74 @@ void pack_group_min_type(const Block* rows, int64_t n_rows, int64_t supers, int6
   }
 }
 
-void pack_group_q6k(const quant::BlockQ6_K* rows, int64_t n_rows, int64_t supers, uint8_t* g) {
-  const int64_t super_bytes = kQ6KHeaderBytes + kKQuantSubBlocks * kQ6KSubBytes;
+// The 256 q (0..3) of a Q2_K block, in the order of ggml's dequantize_row_q2_K.
+void q2k_values(const quant::BlockQ2_K& b, uint8_t* q) {
+  for (int half = 0; half < 2; ++half)
+    for (int shift = 0; shift < 4; ++shift)
+      for (int l = 0; l < 32; ++l) q[128 * half + 32 * shift + l] = uint8_t((b.qs[32 * half + l] >> (2 * shift)) & 3);
+}
+
+// Packs the 16-row group at g (n_rows rows of `supers` GGUF blocks, the
+// group's super-blocks of super_bytes each): fill(block, super-block bytes, r)
+// writes row r of one super-block.
+template <class Block, class Fill>
+void pack_group(const Block* rows, int64_t n_rows, int64_t supers, int64_t super_bytes, uint8_t* g, Fill fill) {
   std::memset(g, 0, supers * super_bytes);
-  uint8_t q[kKQuantSuperK];
-  for (int64_t sb = 0; sb < supers; ++sb) {
-    uint8_t* s = g + sb * super_bytes;
-    for (int64_t r = 0; r < n_rows; ++r) {
-      const quant::BlockQ6_K& b = rows[r * supers + sb];
-      q6k_values(b, q);
-      std::memcpy(s + 2 * r, &b.d, 2);
-      for (int j = 0; j < kKQuantSubBlocks; ++j) {
-        uint8_t* sub = s + kQ6KHeaderBytes + j * kQ6KSubBytes;
-        sub[r] = uint8_t(b.scales[2 * j]);
-        sub[16 + r] = uint8_t(b.scales[2 * j + 1]);
-        put_quant_vectors(q, j, r, sub + 32);
-        // High bits: byte i of row r's dword of vector u holds those of
-        // k = 32j + 16u + 4p + i at bits 2p.
-        for (int u = 0; u < 2; ++u) {
-          for (int i = 0; i < 4; ++i) {
-            uint8_t byte = 0;
-            for (int p = 0; p < 4; ++p) byte |= uint8_t((q[32 * j + 16 * u + 4 * p + i] >> 4) << (2 * p));
-            sub[kKQuantHighBits + 64 * u + 4 * r + i] = byte;
-          }
-        }
-      }
-    }
-  }
+  for (int64_t sb = 0; sb < supers; ++sb)
+    for (int64_t r = 0; r < n_rows; ++r) fill(rows[r * supers + sb], g + sb * super_bytes, r);
+}
+
+void pack_group_q6k(const quant::BlockQ6_K* rows, int64_t n_rows, int64_t supers, uint8_t* g) {
+  pack_group(rows, n_rows, supers, kQ6KHeaderBytes + kKQuantSubBlocks * kQ6KSubBytes, g,
+             [](const quant::BlockQ6_K& b, uint8_t* s, int64_t r) {
+               uint8_t q[kKQuantSuperK];
+               q6k_values(b, q);
+               std::memcpy(s + 2 * r, &b.d, 2);
+               for (int j = 0; j < kKQuantSubBlocks; ++j) {
+                 uint8_t* sub = s + kQ6KHeaderBytes + j * kQ6KSubBytes;
+                 sub[r] = uint8_t(b.scales[2 * j]);
+                 sub[16 + r] = uint8_t(b.scales[2 * j + 1]);
+                 put_quant_vectors(q, j, r, sub + 32);
+                 put_two_bit_vectors(q, j, r, 4, sub + kKQuantHighBits);
+               }
+             });
+}
+
+void pack_group_q2k(const quant::BlockQ2_K* rows, int64_t n_rows, int64_t supers, uint8_t* g) {
+  pack_group(rows, n_rows, supers, kQ4KHeaderBytes + kKQuantSubBlocks * kQ2KSubBytes, g,
+             [](const quant::BlockQ2_K& b, uint8_t* s, int64_t r) {
+               uint8_t q[kKQuantSuperK];
+               q2k_values(b, q);
+               std::memcpy(s + 2 * r, &b.d, 2);
+               std::memcpy(s + 32 + 2 * r, &b.dmin, 2);
+               for (int j = 0; j < kKQuantSubBlocks; ++j) {
+                 uint8_t* sub = s + kQ4KHeaderBytes + j * kQ2KSubBytes;
+                 sub[r] = b.scales[2 * j];
+                 sub[16 + r] = b.scales[2 * j + 1];
+                 put_two_bit_vectors(q, j, r, 0, sub + kKQuantTwoBits);
+               }
+             });
+}
+
+void pack_group_q3k(const quant::BlockQ3_K* rows, int64_t n_rows, int64_t supers, uint8_t* g) {
+  pack_group(rows, n_rows, supers, kQ6KHeaderBytes + kKQuantSubBlocks * kQ3KSubBytes, g,
+             [](const quant::BlockQ3_K& b, uint8_t* s, int64_t r) {
+               uint8_t q[kKQuantSuperK];
+               int8_t scales[16];
+               q3k_values(b, q, scales);
+               std::memcpy(s + 2 * r, &b.d, 2);
+               for (int j = 0; j < kKQuantSubBlocks; ++j) {
+                 uint8_t* sub = s + kQ6KHeaderBytes + j * kQ3KSubBytes;
+                 sub[r] = uint8_t(scales[2 * j]);
+                 sub[16 + r] = uint8_t(scales[2 * j + 1]);
+                 put_two_bit_vectors(q, j, r, 0, sub + kKQuantTwoBits);
+                 for (int i = 0; i < 4; ++i) {
+                   uint8_t byte = 0;
+                   for (int e = 0; e < 8; ++e) byte |= uint8_t(((q[32 * j + 4 * e + i] >> 2) & 1) << e);
+                   sub[kQ3KThirdBits + 4 * r + i] = byte;
+                 }
+               }
+             });
 }
 
 // The 16 fp16 values at h (a group's d, dmin or m, row r at 2r) as fp32,
@@ -194,7 +267,7 @@ void expand_q4_1_q5_1(DType t, const uint8_t* src, int64_t blocks, uint8_t* dst)
   const int64_t block_bytes = t == DType::Q4_1 ? kPackedQ4_1BlockBytes : kPackedQ5_1BlockBytes;
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* p = src + b * block_bytes;
-    uint8_t* e = dst + b * kExpandedKQuantBlockBytes;
+    uint8_t* e = dst + b * expanded_kquant_block_bytes(t);
     expand_nibbles(p + kPackedNibbleOffset, e);
     if (t == DType::Q5_1) {  // vector e is 4-k step e: bit 4r + i of its qword is byte 4r + i's fifth bit
       for (int v = 0; v < 8; ++v) {
@@ -224,18 +297,26 @@ const uint8_t* super_block(const uint8_t* group, DType t, int64_t sb) {
 
 }  // namespace
 
-bool has_packed_kquant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
+bool has_packed_kquant(DType t) {
+  return t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+}
 
 bool has_expanded_kquant(DType t) { return has_packed_kquant(t) || t == DType::Q4_1 || t == DType::Q5_1; }
 
 int64_t packed_kquant_header_bytes(DType t) {
   check_type(t, "packed_kquant_header_bytes");
-  return t == DType::Q6_K ? kQ6KHeaderBytes : kQ4KHeaderBytes;
+  return has_q6k_form(t) ? kQ6KHeaderBytes : kQ4KHeaderBytes;
 }
 
 int64_t packed_kquant_sub_bytes(DType t) {
   check_type(t, "packed_kquant_sub_bytes");
-  return t == DType::Q4_K ? kQ4KSubBytes : t == DType::Q5_K ? kQ5KSubBytes : kQ6KSubBytes;
+  switch (t) {
+    case DType::Q2_K: return kQ2KSubBytes;
+    case DType::Q3_K: return kQ3KSubBytes;
+    case DType::Q4_K: return kQ4KSubBytes;
+    case DType::Q5_K: return kQ5KSubBytes;
+    default: return kQ6KSubBytes;
+  }
 }
 
 int64_t packed_kquant_super_bytes(DType t) {
@@ -264,8 +345,12 @@ void pack_kquant(DType t, const void* src, int64_t rows, int64_t k, uint8_t* out
     } else if (t == DType::Q5_K) {
       pack_group_min_type(static_cast<const quant::BlockQ5_K*>(src) + g * kRows * supers, n, supers,
                           kQ5KSubBytes, dst);
-    } else {
+    } else if (t == DType::Q6_K) {
       pack_group_q6k(static_cast<const quant::BlockQ6_K*>(src) + g * kRows * supers, n, supers, dst);
+    } else if (t == DType::Q3_K) {
+      pack_group_q3k(static_cast<const quant::BlockQ3_K*>(src) + g * kRows * supers, n, supers, dst);
+    } else {
+      pack_group_q2k(static_cast<const quant::BlockQ2_K*>(src) + g * kRows * supers, n, supers, dst);
     }
   }
 }
@@ -279,16 +364,26 @@ void expand_kquant(DType t, const uint8_t* src, int64_t groups, int64_t k_blocks
   if (!has_packed_kquant(t)) return expand_q4_1_q5_1(t, src, groups * k_blocks, dst);
   const int64_t supers = k_blocks / kKQuantSubBlocks, super_bytes = packed_kquant_super_bytes(t);
   const int64_t header = packed_kquant_header_bytes(t), sub_bytes = packed_kquant_sub_bytes(t);
+  const int64_t block_bytes = expanded_kquant_block_bytes(t);
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t sb = 0; sb < supers; ++sb) {
       const uint8_t* s = src + (g * supers + sb) * super_bytes;
       float d[kRows], dmin[kRows];
       widen16(s, d);
-      if (t != DType::Q6_K) widen16(s + 32, dmin);
+      if (!has_q6k_form(t)) widen16(s + 32, dmin);
       for (int j = 0; j < kKQuantSubBlocks; ++j) {
         const uint8_t* sub = s + header + j * sub_bytes;
-        uint8_t* e = dst + ((g * supers + sb) * kKQuantSubBlocks + j) * kExpandedKQuantBlockBytes;
-        expand_nibbles(sub + 32, e);
+        uint8_t* e = dst + ((g * supers + sb) * kKQuantSubBlocks + j) * block_bytes;
+        if (t == DType::Q2_K || t == DType::Q3_K) {  // Q3_K: q + 28, since Q6_K's q - 32 is Q3_K's q - 4
+          for (int v = 0; v < 8; ++v) {
+            for (int x = 0; x < 64; ++x) {
+              const int q = (sub[kKQuantTwoBits + 64 * (v / 4) + x] >> (2 * (v % 4))) & 3;
+              e[64 * v + x] = uint8_t(t == DType::Q2_K ? q : (q | (((sub[kQ3KThirdBits + x] >> v) & 1) << 2)) + 28);
+            }
+          }
+        } else {
+          expand_nibbles(sub + 32, e);
+        }
         if (t == DType::Q5_K) {  // fifth bit of vector e at bit e
           for (int v = 0; v < 8; ++v)
             for (int x = 0; x < 64; ++x) e[64 * v + x] |= uint8_t(((sub[kKQuantHighBits + x] >> v) & 1) << 4);
@@ -297,9 +392,20 @@ void expand_kquant(DType t, const uint8_t* src, int64_t groups, int64_t k_blocks
             for (int x = 0; x < 64; ++x)
               e[64 * v + x] |= uint8_t(((sub[kKQuantHighBits + 64 * (v / 4) + x] >> (2 * (v % 4))) & 3) << 4);
         }
+        if (t == DType::Q2_K) {
+          float f[4][kRows];
+          for (int r = 0; r < kRows; ++r) {
+            for (int s = 0; s < 2; ++s) {
+              f[s][r] = d[r] * float(sub[16 * s + r] & 0xF);
+              f[2 + s][r] = dmin[r] * float(sub[16 * s + r] >> 4);
+            }
+          }
+          std::memcpy(e + kExpandedKQuantFactors, f, sizeof(f));
+          continue;
+        }
         float f[2][kRows];
         for (int r = 0; r < kRows; ++r) {
-          if (t == DType::Q6_K) {
+          if (has_q6k_form(t)) {
             f[0][r] = float(int8_t(sub[r])) * d[r];
             f[1][r] = float(int8_t(sub[16 + r])) * d[r];
           } else {
@@ -317,6 +423,10 @@ int packed_kquant_q(DType t, const uint8_t* group, int64_t r, int64_t k) {
   const int64_t sb = k / kKQuantSuperK;
   const int j = int(k % kKQuantSuperK) / 32, kk = int(k % 32);
   const uint8_t* sub = super_block(group, t, sb) + packed_kquant_header_bytes(t) + j * packed_kquant_sub_bytes(t);
+  if (t == DType::Q2_K || t == DType::Q3_K) {
+    const int two = (sub[kKQuantTwoBits + 64 * (kk / 16) + 4 * r + kk % 4] >> (2 * ((kk % 16) / 4))) & 3;
+    return t == DType::Q2_K ? two : two | (((sub[kQ3KThirdBits + 4 * r + kk % 4] >> (kk / 4)) & 1) << 2);
+  }
   const uint8_t low = sub[32 + 64 * (kk / 8) + 4 * r + kk % 4];
   const int q = kk % 8 >= 4 ? low >> 4 : low & 0xF;
   if (t == DType::Q4_K) return q;
@@ -339,11 +449,13 @@ uint16_t packed_kquant_dmin(const uint8_t* group, DType t, int64_t r, int64_t sb
 
 int packed_kquant_scale(DType t, const uint8_t* group, int64_t r, int64_t sb, int64_t sub) {
   const uint8_t* s = super_block(group, t, sb) + packed_kquant_header_bytes(t);
-  if (t != DType::Q6_K) return s[sub * packed_kquant_sub_bytes(t) + r];
-  return int8_t(s[(sub / 2) * kQ6KSubBytes + 16 * (sub % 2) + r]);
+  if (t == DType::Q2_K) return s[(sub / 2) * kQ2KSubBytes + 16 * (sub % 2) + r] & 0xF;
+  if (!has_q6k_form(t)) return s[sub * packed_kquant_sub_bytes(t) + r];
+  return int8_t(s[(sub / 2) * packed_kquant_sub_bytes(t) + 16 * (sub % 2) + r]);
 }
 
 int packed_kquant_min(const uint8_t* group, DType t, int64_t r, int64_t sb, int64_t j) {
+  if (t == DType::Q2_K) return super_block(group, t, sb)[kQ4KHeaderBytes + (j / 2) * kQ2KSubBytes + 16 * (j % 2) + r] >> 4;
   return super_block(group, t, sb)[kQ4KHeaderBytes + j * packed_kquant_sub_bytes(t) + 16 + r];
 }
 

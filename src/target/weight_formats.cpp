@@ -1,6 +1,6 @@
-// packed_format: the types with a packed layout of their own (kPackedFormats)
-// run in it on every ISA; every other type runs as packed Q8_0, and so do the
-// float types in a matmul that reads act_q8.
+// packed_format: the types with a packed layout of their own (kPackedFormats:
+// every weight type) run in it on every ISA; the float types in a matmul that
+// reads act_q8 run as packed Q8_0.
 #include "lumen/target/weight_formats.h"
 
 #include <algorithm>

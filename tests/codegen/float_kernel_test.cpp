@@ -290,7 +290,7 @@ TEST(FloatKernels, PackedLayoutIsTheRowsAtNoExtraBytes) {
 
 // The type rule, stated in weight_formats.h: float formats read f32, the
 // others act_q8; under act_q8 (a matmul with quantized layers too) float
-// weights run as Q8_0, other types as before.
+// weights run as Q8_0, other types in their own formats.
 TEST(FloatKernels, TypeRuleOfTheMatmulInput) {
   for (DType f : kFormats) {
     EXPECT_EQ(packed_format(f, Isa::Avx2), f);
@@ -298,9 +298,13 @@ TEST(FloatKernels, TypeRuleOfTheMatmulInput) {
     EXPECT_EQ(packed_format(f, Isa::Avx2, DType::F32), f);
     EXPECT_EQ(packed_format(f, Isa::Avx2, DType::ActQ8), DType::Q8_0);
   }
-  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q2_K}) {
-    EXPECT_EQ(matmul_input_dtype(packed_format(t, Isa::Avx2)), DType::ActQ8);
-    EXPECT_EQ(packed_format(t, Isa::Avx2, DType::ActQ8), packed_format(t, Isa::Avx2));
+  // Every quantized weight type runs in its own format, under act_q8 too:
+  // float weights under act_q8 are the one Q8_0 fallback left.
+  for (const ops::DTypeRow& row : ops::kDTypes) {
+    if (!row.weight || is_float_format(row.id)) continue;
+    EXPECT_EQ(packed_format(row.id, Isa::Avx2), row.id) << row.name;
+    EXPECT_EQ(matmul_input_dtype(row.id), DType::ActQ8) << row.name;
+    EXPECT_EQ(packed_format(row.id, Isa::Avx2, DType::ActQ8), row.id) << row.name;
   }
 }
 

@@ -56,7 +56,8 @@ TEST(KernelId, SpellsTheWeightFormatOnlyWhenNotQ8_0) {
                                    KernelId::kBatchMaxTokens, DType::Q4_0}),
             "lumen_batch_q4_0_silu_mul");
   std::string why;
-  EXPECT_FALSE(is_valid(KernelId::gemv(Epilogue::None, DType::Q2_K), &why));
+  // Every weight type has a packed format; i32 is not a weight type.
+  EXPECT_FALSE(is_valid(KernelId::gemv(Epilogue::None, DType::I32), &why));
   EXPECT_EQ(why, "the weight is not a packed format");
 }
 
@@ -65,7 +66,7 @@ TEST(KernelId, RefusesAnythingElseWithAReason) {
                           "gemm.none.m16n0", "gemm.none.m16n65", "gemm.none.m1040n4", "gemm.none.m16nx",
                           "gemm.none.mn4", "gemm.none.m16n4x", "gemm.none.m016n4", "gemm.none.m-16n4",
                           "gemv.none.m16n4", "conv.none", "GEMV.none", "batch", "batch.", "batch.gelu",
-                          "batch.none.m32n8", "batchx.none", "gemv.q8_0.bias", "gemv.q2_k.none",
+                          "batch.none.m32n8", "batchx.none", "gemv.q8_0.bias", "gemv.i32.none",
                           "gemv.q5_0", "gemv.none.q5_0", "gemm.q5_0.none.m16n4", "gemm.iq4_xs.none.m16n4", "gemm.q6_k.none.m15n4"}) {
     std::string why;
     EXPECT_FALSE(parse_kernel_id(bad, &why).has_value()) << bad;

@@ -446,11 +446,9 @@ std::vector<float> logits_of(const std::shared_ptr<const CompiledModel>& model, 
 // - a type that converts to Q8_0 exactly (Q4_0, Q5_0, IQ4_NL, in their own
 //   packed formats) bitwise as a Q8_0 file holding that conversion: the
 //   native kernels' integer block sums and FMA chain are the Q8_0 kernels';
-// - the other types without a format of their own bitwise as an F32 file
-//   holding their dequantized values (both requantized to Q8_0 from the same
-//   floats);
-// - the k-quants, Q4_1 and Q5_1 (their own formats, exact weights) within
-//   what requantizing their values to Q8_0 costs the F32 file.
+// - the float types (F16, BF16) bitwise as an F32 file holding their values;
+// - the k-quants (Q2_K to Q6_K), Q4_1 and Q5_1 (their own formats, exact
+//   weights) within what requantizing their values to Q8_0 costs the F32 file.
 TEST_F(Binding, EveryWeightTypeRunsAsItsValues) {
   for (const ops::DTypeRow& row : ops::kDTypes) {
     if (!row.weight || row.id == ops::DType::Q8_0 || row.id == ops::DType::F32) continue;
@@ -488,7 +486,8 @@ TEST_F(Binding, EveryWeightTypeRunsAsItsValues) {
 // GEMM on rows expanded per task) gives the logits of the same prompt in
 // chunks of 8 (the batch kernel), bit for bit: each GEMM row is the GEMV's.
 TEST_F(Binding, KQuantPrefillGemmIsBitwiseTheBatchKernel) {
-  for (ops::DType t : {ops::DType::Q4_K, ops::DType::Q5_K, ops::DType::Q6_K, ops::DType::Q4_1, ops::DType::Q5_1}) {
+  for (ops::DType t : {ops::DType::Q2_K, ops::DType::Q3_K, ops::DType::Q4_K, ops::DType::Q5_K, ops::DType::Q6_K, ops::DType::Q4_1,
+                       ops::DType::Q5_1}) {
     SCOPED_TRACE(ops::row(t).name);
     const std::string path = synth_gguf(std::string("prefill_") + ops::row(t).name, of_type(t));
     const auto model = model_declaring(t);

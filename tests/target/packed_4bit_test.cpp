@@ -179,7 +179,8 @@ TEST(Packed4Bit, RefusesBadShapes) {
   std::vector<uint8_t> out(1024);
   EXPECT_THROW(pack_q4_0(nullptr, 1, 33, out.data(), 0), std::invalid_argument);
   EXPECT_THROW(pack_q5_0(nullptr, -1, 32, out.data(), 0), std::invalid_argument);
-  EXPECT_THROW(packed_bytes(DType::Q2_K, 16, 256), std::invalid_argument);  // not a packed format
+  // Every weight type has a packed format now; act_q8 (activations) is none.
+  EXPECT_THROW(packed_bytes(DType::ActQ8, 16, 256), std::invalid_argument);
   EXPECT_THROW(convert_row_to_q8_0(DType::Q4_K, nullptr, nullptr, 256), std::invalid_argument);
   EXPECT_THROW(convert_row_to_q8_0(DType::Q4_1, nullptr, nullptr, 32), std::invalid_argument);
   EXPECT_THROW(convert_packed_to_q8_0(DType::Q5_1, Isa::Avx2, nullptr, 1, 1, out.data()), std::invalid_argument);

@@ -1,4 +1,4 @@
-// Internal: the k-quant (Q4_K, Q5_K, Q6_K) GEMV and batch kernels, shared by the
+// Internal: the k-quant (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) GEMV and batch kernels, shared by the
 // kernel tests and the kernel benchmark. Same ABI as the Q8_0 kernels
 // (MatMulArgs, ActBlock activations); the weights are the packed layouts of
 // target/packed_kquant.h and k_blocks must be a multiple of 8 (K % 256 == 0:
@@ -26,7 +26,7 @@ struct KQuantShape {
   bool expanded = false;
 };
 
-// Whether `kernel` is a k-quant kernel: its weight Q4_K, Q5_K or Q6_K, any
+// Whether `kernel` is a k-quant kernel: its weight Q2_K, Q3_K, Q4_K, Q5_K or Q6_K, any
 // kind and epilogue, or a GEMM of Q4_1 or Q5_1 (has_expanded_kquant); every
 // ISA has them. A GEMV or batch kernel reads the packed layout, a GEMM
 // (prefill) the expanded one, with its id's tile.

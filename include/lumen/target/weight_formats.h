@@ -19,9 +19,9 @@ namespace lumen {
 // GEMV and batch kernels; packed_float.h: F16, BF16, F32).
 inline constexpr ops::DType kPackedFormats[] = {ops::DType::Q8_0, ops::DType::Q4_0, ops::DType::Q5_0,
                                                 ops::DType::Q4_1, ops::DType::Q5_1, ops::DType::IQ4_NL,
-                                                ops::DType::IQ4_XS, ops::DType::Q4_K, ops::DType::Q5_K,
-                                                ops::DType::Q6_K, ops::DType::F16, ops::DType::BF16,
-                                                ops::DType::F32};
+                                                ops::DType::IQ4_XS, ops::DType::Q2_K, ops::DType::Q3_K,
+                                                ops::DType::Q4_K, ops::DType::Q5_K, ops::DType::Q6_K,
+                                                ops::DType::F16, ops::DType::BF16, ops::DType::F32};
 
 // Whether `format` is one of kPackedFormats.
 constexpr bool is_packed_format(ops::DType format) {
@@ -68,9 +68,8 @@ void pack_gate_up_rows(ops::DType format, Isa isa, const void* gate, const void*
                        uint8_t* out);
 
 // The packed format in which a matmul weight of type `weight` runs on `isa`:
-// the type's own layout where it has native kernels (every packed format has
-// them on every ISA), else Q8_0 (the weight is converted to Q8_0 once, at load
-// time).
+// the type's own layout, with native kernels on every ISA (every weight type
+// has one), else Q8_0 (the weight converted to Q8_0 once, at load time).
 ops::DType packed_format(ops::DType weight, Isa isa);
 
 // The type rule of a matmul's input: the activations its kernels read when
