@@ -32,8 +32,7 @@ KernelShape kernel_shape(Isa isa, const program::KernelId& kernel, CpuTune tune)
     // int ones fill the registers. Two packed groups (gate and up for
     // SiluMul; one on AVX2, whose 11 int registers would leave 2 tokens).
     shape.fp32_acc_in_memory = true;
-    const bool prefetch = is_ymm_isa(isa) || kernel.weight != ops::DType::Q8_0 || zmm_q8_0_batch_prefetch(tune);
-    if (prefetch) shape.prefetch_bytes = 4 * packed_block_bytes(kernel.weight);
+    if (batch_prefetch(tune, isa, kernel.weight)) shape.prefetch_bytes = 4 * packed_block_bytes(kernel.weight);
     shape.groups = isa == Isa::Avx2 ? 1 : std::max<int64_t>(1, 2 / mult);
     const int64_t max_tokens = std::min(max_tile_tokens(isa), program::KernelId::kBatchMaxTokens);
     shape.tokens = std::max<int64_t>(

@@ -65,7 +65,9 @@ std::string cpu_tune_names() {
 }
 
 bool gemv_prefetch(CpuTune tune) { return row(tune).gemv_prefetch; }
-bool zmm_q8_0_batch_prefetch(CpuTune tune) { return row(tune).zmm_q8_0_batch_prefetch; }
+bool batch_prefetch(CpuTune tune, Isa isa, ops::DType format) {
+  return is_ymm_isa(isa) || format != ops::DType::Q8_0 || row(tune).zmm_q8_0_batch_prefetch;
+}
 
 CpuTune host_cpu_tune() {
   static const CpuTune tune = host_tune_or_override();

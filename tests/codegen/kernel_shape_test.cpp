@@ -80,6 +80,11 @@ TEST(KernelShape, TuningsDifferOnlyInTheGemvPrefetch) {
   EXPECT_FALSE(parse_cpu_tune("znver4").has_value());
   EXPECT_TRUE(gemv_prefetch(CpuTune::Generic));
   EXPECT_FALSE(gemv_prefetch(CpuTune::Zen4));
+  // zen4's measured batch rule: only the zmm Q8_0 batch kernels go without.
+  EXPECT_FALSE(batch_prefetch(CpuTune::Zen4, Isa::Avx512Vnni, ops::DType::Q8_0));
+  EXPECT_TRUE(batch_prefetch(CpuTune::Zen4, Isa::Avx2, ops::DType::Q8_0));
+  EXPECT_TRUE(batch_prefetch(CpuTune::Zen4, Isa::Avx512Vnni, ops::DType::Q4_0));
+  EXPECT_TRUE(batch_prefetch(CpuTune::Generic, Isa::Avx512Vnni, ops::DType::Q8_0));
   for (Isa isa : kAllIsas) {
     for (ops::DType format : kPackedFormats) {
       for (Epilogue e : {Epilogue::None, Epilogue::Bias, Epilogue::SiluMul}) {
@@ -102,9 +107,8 @@ TEST(KernelShape, TuningsDifferOnlyInTheGemvPrefetch) {
           same.prefetch_bytes = generic.prefetch_bytes;
           EXPECT_EQ(generate_matmul_kernel(isa, gemv, same), generate_matmul_kernel(isa, gemv, generic));
           const KernelShape generic_batch = kernel_shape(isa, batch), tuned_batch = kernel_shape(isa, batch, tune);
-          const bool batch_prefetch = is_ymm_isa(isa) || format != ops::DType::Q8_0 || zmm_q8_0_batch_prefetch(tune);
           EXPECT_GT(generic_batch.prefetch_bytes, 0);
-          EXPECT_EQ(tuned_batch.prefetch_bytes, batch_prefetch ? generic_batch.prefetch_bytes : 0);
+          EXPECT_EQ(tuned_batch.prefetch_bytes, batch_prefetch(tune, isa, format) ? generic_batch.prefetch_bytes : 0);
           EXPECT_EQ(tuned_batch.tokens, generic_batch.tokens);
           EXPECT_EQ(tuned_batch.groups, generic_batch.groups);
         }

@@ -9,6 +9,9 @@
 #include <string>
 #include <string_view>
 
+#include "lumen/ops/op_list.h"
+#include "lumen/target/isa.h"
+
 namespace lumen {
 
 //   X(enumerator, name, gemv_prefetch, zmm_q8_0_batch_prefetch)
@@ -35,7 +38,9 @@ const char* to_string(CpuTune tune);                      // "generic", "zen4"
 std::optional<CpuTune> parse_cpu_tune(std::string_view name);
 std::string cpu_tune_names();                             // "generic, zen4"
 bool gemv_prefetch(CpuTune tune);
-bool zmm_q8_0_batch_prefetch(CpuTune tune);
+// Whether the batch kernels of packed `format` on `isa` prefetch their weight
+// streams: all of them, but the zmm Q8_0 ones only where the tuning says so.
+bool batch_prefetch(CpuTune tune, Isa isa, ops::DType format);
 
 // The tuning for this CPU (cpuid: AMD family 19h with AVX-512 is Zen 4; any
 // other CPU is generic). LUMEN_CPU_TUNE=NAME overrides it (to compare two
