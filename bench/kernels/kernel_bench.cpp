@@ -407,7 +407,7 @@ int main(int argc, char** argv) {
   std::vector<int> thread_counts = {1, 2};
   std::string gemm_tile;
   int64_t tokens_per_task = 64;
-  int64_t prefetch = -1, gemm_prefetch = -1, gemv_groups = 0;
+  int64_t prefetch = -1, gemm_prefetch = -1, gemv_groups = 0, prefetch_next_tile = -1;
   bool gemv_acc_in_memory = false;
   double window_ms = 20;
   std::string sweep;
@@ -418,6 +418,10 @@ int main(int argc, char** argv) {
   app.add_option("--tile", gemm_tile, "GEMM register tile, m<M>n<N> (default: the schedule pass's for the ISA)");
   app.add_option("--tokens-per-task", tokens_per_task, "GEMM tokens per kernel call");
   app.add_option("--prefetch", prefetch, "GEMV software prefetch distance in bytes (-1: kernel default)");
+  app.add_option("--prefetch-next-tile", prefetch_next_tile,
+                 "the table's GEMV prefetches the next row tile's blocks (1) or --prefetch ahead (0, by default "
+                 "the generic tuning's distance); -1: the host tuning's choice")
+      ->check(CLI::Range(-1, 1));
   app.add_option("--gemv-groups", gemv_groups, "GEMV packed groups streamed at once in the table (0: kernel default)")
       ->check(CLI::Range(0, 8));
   app.add_flag("--gemv-acc-in-memory", gemv_acc_in_memory,
@@ -715,6 +719,11 @@ int main(int argc, char** argv) {
       std::vector<float> y(max_n * s.m, 0.0f), bias(s.m, 0.5f);
       const KernelId gemv = KernelId::gemv(s.epilogue, *format);
       KernelShape gemv_shape = codegen::kernel_shape(isa, gemv, tune);
+      if (prefetch_next_tile == 0 && gemv_shape.prefetch_next_tile) {
+        gemv_shape.prefetch_next_tile = false;
+        gemv_shape.prefetch_bytes = codegen::kernel_shape(isa, gemv, CpuTune::Generic).prefetch_bytes;
+      }
+      if (prefetch_next_tile == 1) gemv_shape.prefetch_next_tile = true;
       if (prefetch >= 0) gemv_shape.prefetch_bytes = prefetch;
       if (gemv_groups > 0) gemv_shape.groups = gemv_groups;
       if (gemv_acc_in_memory) gemv_shape.fp32_acc_in_memory = true;

@@ -21,9 +21,11 @@ KernelShape kernel_shape(Isa isa, const program::KernelId& kernel, CpuTune tune)
     constexpr int64_t kGemvPackedGroups = 4;
     shape.tokens = 1;
     shape.groups = std::max<int64_t>(1, std::min(kGemvPackedGroups, max_accumulators(isa) / halves) / mult);
-    // Four blocks ahead on every weight stream where the tuning prefetches
-    // (cpu_tune.h: its measurements).
-    if (gemv_prefetch(tune)) shape.prefetch_bytes = 4 * packed_block_bytes(kernel.weight);
+    // Four blocks ahead on every weight stream, or the next tile's blocks,
+    // as the tuning says (cpu_tune.h: its measurements).
+    const GemvPrefetch prefetch = gemv_prefetch(tune, kernel.weight);
+    if (prefetch == GemvPrefetch::BlocksAhead) shape.prefetch_bytes = 4 * packed_block_bytes(kernel.weight);
+    shape.prefetch_next_tile = prefetch == GemvPrefetch::NextTile;
     return shape;
   }
   if (kernel.kind == program::KernelKind::Batch) {

@@ -135,6 +135,11 @@ class MatMulGenerator : public EpilogueGenerator {
   const Reg64& args_ = rdi;
   const Reg64& woff_ = rax;
   const Reg64& xoff_ = rcx;
+  // woff_ plus the bytes of a tile's groups, for prefetch_next_tile: the
+  // last pointer register, which a GEMV's one token leaves free.
+  const Reg64& next_tile_off_ = pointer_regs_[kTilePointerRegs - 1];
+  bool next_tile_prefetch() const { return shape_.prefetch_next_tile; }
+  bool prefetches() const { return next_tile_prefetch() || shape_.prefetch_bytes > 0; }
 
   Address nib_cst(NibbleConst c) { return ptr[rip + nibble_consts_ + 64 * int(c)]; }
 
@@ -212,6 +217,12 @@ class MatMulGenerator : public EpilogueGenerator {
     Label k_loop, k_done;
     xor_(woff_, woff_);
     xor_(xoff_, xoff_);
+    if (next_tile_prefetch()) {
+      // The next tile's group i starts pc groups after this one's.
+      LUMEN_ASSERT(pc + tc < kTilePointerRegs, "matmul kernel: no register for the next tile's prefetch offset");
+      mov(next_tile_off_, qword[rsp + kGroupStride]);
+      imul(next_tile_off_, next_tile_off_, pc);
+    }
     cmp(xoff_, qword[rsp + kKEnd]);
     jae(k_done, T_NEAR);
     L(k_loop);
@@ -223,6 +234,7 @@ class MatMulGenerator : public EpilogueGenerator {
     }
     sub_ = xb_ = 0;
     add(woff_, block_bytes_ * super_);
+    if (next_tile_prefetch()) add(next_tile_off_, block_bytes_ * super_);
     add(xoff_, int(sizeof(ActBlock)) * super_);
     cmp(xoff_, qword[rsp + kKEnd]);
     jb(k_loop, T_NEAR);
@@ -275,12 +287,16 @@ class MatMulGenerator : public EpilogueGenerator {
       }
     }
     // Software prefetch of the block prefetch_bytes ahead on every weight
-    // stream: the zmm kernels issue its lines (Q8_0: 9) at once; the ymm
+    // stream (or of the next tile's block): the zmm kernels issue its lines (Q8_0: 9) at once; the ymm
     // kernels, which take 4-7 instructions per 32 bytes, one line per 4-k step
     // and the rest with the last (6-9% faster GEMVs on AVX2, docs/kernels.md).
     // A super-block's lines are shared out among its 32-blocks.
+    auto prefetch_addr = [&](int i, int line) {
+      return next_tile_prefetch() ? ptr[group_ptr_[i] + next_tile_off_ + 64 * line]
+                                  : ptr[group_ptr_[i] + woff_ + int(shape_.prefetch_bytes) + 64 * line];
+    };
     auto prefetch_line = [&](int line) {
-      for (int i = 0; i < pc; ++i) prefetcht0(ptr[group_ptr_[i] + woff_ + int(shape_.prefetch_bytes) + 64 * line]);
+      for (int i = 0; i < pc; ++i) prefetcht0(prefetch_addr(i, line));
     };
     const int super_lines = (block_bytes_ * super_ + 63) / 64;
     const int first_line = super_lines * sub_ / super_, end_line = super_lines * (sub_ + 1) / super_;
@@ -291,13 +307,12 @@ class MatMulGenerator : public EpilogueGenerator {
         vmovdqu(level_table(), nib_cst(kLevels));
       }
     }
-    if (shape_.prefetch_bytes > 0 && avx512_) {
+    if (prefetches() && avx512_) {
       for (int i = 0; i < pc; ++i)
-        for (int line = first_line; line < end_line; ++line)
-          prefetcht0(ptr[group_ptr_[i] + woff_ + int(shape_.prefetch_bytes) + 64 * line]);
+        for (int line = first_line; line < end_line; ++line) prefetcht0(prefetch_addr(i, line));
     }
     for (int j = 0; j < kQ8Block / 4; ++j) {
-      if (shape_.prefetch_bytes > 0 && !avx512_) {
+      if (prefetches() && !avx512_) {
         if (first_line + j < end_line) prefetch_line(first_line + j);
         if (j == kQ8Block / 4 - 1) {
           for (int line = first_line + j + 1; line < end_line; ++line) prefetch_line(line);  // Q8_0's ninth

@@ -1,6 +1,8 @@
 // The tunings of cpu_tune.h and which one this CPU takes.
 #include "lumen/target/cpu_tune.h"
 
+#include "lumen/target/packed_4bit.h"
+
 #include <cpuid.h>
 
 #include <cstdlib>
@@ -13,14 +15,22 @@ namespace {
 struct TuneRow {
   CpuTune tune;
   const char* name;
-  bool gemv_prefetch;
+  GemvPrefetch gemv_prefetch;
+  GemvPrefetch nibble_gemv_prefetch;
   bool zmm_q8_0_batch_prefetch;
 };
 constexpr TuneRow kTunes[] = {
-#define LUMEN_CPU_TUNE_ROW(e, name, gemv, batch) {CpuTune::e, name, gemv, batch},
+#define LUMEN_CPU_TUNE_ROW(e, name, gemv, nibble_gemv, batch) \
+  {CpuTune::e, name, GemvPrefetch::gemv, GemvPrefetch::nibble_gemv, batch},
     LUMEN_CPU_TUNES(LUMEN_CPU_TUNE_ROW)
 #undef LUMEN_CPU_TUNE_ROW
 };
+// Only the 32-wide formats' generator has the next-tile prefetch.
+static_assert([] {
+  for (const TuneRow& r : kTunes)
+    if (r.gemv_prefetch == GemvPrefetch::NextTile) return false;
+  return true;
+}());
 
 const TuneRow& row(CpuTune tune) { return kTunes[static_cast<size_t>(tune)]; }
 
@@ -38,7 +48,8 @@ CpuTune detect_tune() {
   __cpuid_count(7, 0, eax, ebx, ecx, edx);
   const bool avx512f = ebx & (1u << 16);
   // Family 19h is Zen 3 and Zen 4; of the two only Zen 4 has AVX-512.
-  return family == 0x19 && avx512f ? CpuTune::Zen4 : CpuTune::Generic;
+  if (family == 0x19 && avx512f) return CpuTune::Zen4;
+  return family == 0x1A ? CpuTune::Zen5 : CpuTune::Generic;
 }
 
 CpuTune host_tune_or_override() {
@@ -64,7 +75,9 @@ std::string cpu_tune_names() {
   return names;
 }
 
-bool gemv_prefetch(CpuTune tune) { return row(tune).gemv_prefetch; }
+GemvPrefetch gemv_prefetch(CpuTune tune, ops::DType format) {
+  return is_packed_4bit(format) ? row(tune).nibble_gemv_prefetch : row(tune).gemv_prefetch;
+}
 bool batch_prefetch(CpuTune tune, Isa isa, ops::DType format) {
   return is_ymm_isa(isa) || format != ops::DType::Q8_0 || row(tune).zmm_q8_0_batch_prefetch;
 }

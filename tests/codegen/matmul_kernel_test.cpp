@@ -50,10 +50,11 @@ KernelId fitting(Isa isa, KernelId kernel) {
 
 // `shape` overrides the register tile the kernel id implies (groups 0: none).
 const JitKernel& kernel(Isa isa, const KernelId& id, const KernelShape& shape) {
-  static std::map<std::tuple<Isa, KernelId, int64_t, int64_t, int64_t, int64_t, bool>, std::unique_ptr<JitKernel>>
+  static std::map<std::tuple<Isa, KernelId, int64_t, int64_t, int64_t, int64_t, bool, bool>,
+                  std::unique_ptr<JitKernel>>
       cache;
   auto& slot = cache[{isa, id, shape.groups, shape.tokens, shape.prefetch_bytes, shape.chunk_act_bytes,
-                      shape.fp32_acc_in_memory}];
+                      shape.fp32_acc_in_memory, shape.prefetch_next_tile}];
   if (!slot) {
     slot = shape.groups == 0 ? std::make_unique<JitKernel>(isa, id)
                              : std::make_unique<JitKernel>(generate_matmul_kernel(isa, id, shape));
@@ -363,7 +364,8 @@ TEST(MatMulKernels, LargeBatches) {
 }
 
 TEST(MatMulKernels, NonDefaultShapes) {
-  // The benchmark's knobs: 8 GEMV groups, software prefetch, tiny and no token chunks.
+  // The benchmark's knobs: 8 GEMV groups, software prefetch (ahead or of the
+  // next tile), tiny and no token chunks.
   const struct {
     KernelId kernel;
     KernelShape shape;
@@ -371,6 +373,7 @@ TEST(MatMulKernels, NonDefaultShapes) {
       {KernelId::gemv(Epilogue::Bias), {8, 1, 1088, 256 << 10, false}},
       {KernelId::gemv(Epilogue::Residual), {4, 1, 0, 256 << 10, false}},  // no prefetch (cpu_tune.h)
       {KernelId::gemv(Epilogue::SiluMul), {3, 1, 544, 256 << 10, false}},
+      {KernelId::gemv(Epilogue::Residual), {4, 1, 0, 256 << 10, false, true}},  // next tile (cpu_tune.h)
       {KernelId::gemm(Epilogue::Residual, 16, 8), {1, 8, 0, 0, false}},
       {KernelId::gemm(Epilogue::None, 32, 4), {2, 4, 2176, 1, false}},
   };
@@ -382,6 +385,7 @@ TEST(MatMulKernels, NonDefaultShapes) {
       p.epilogue = c.kernel.epilogue;
       if (is_ymm_isa(isa)) p.shape = kernel_shape(isa, p.kernel);  // 16 registers only
       p.shape.prefetch_bytes = c.shape.prefetch_bytes;
+      p.shape.prefetch_next_tile = c.shape.prefetch_next_tile;
       p.shape.chunk_act_bytes = c.shape.chunk_act_bytes;
       p.m = 150;
       p.k = 4864;

@@ -226,7 +226,8 @@ Expected expected(const Problem& p, const Data& d, int64_t n, int64_t m) {
 
 // Runs `id` over n tokens in row tasks of 32 rows (so that w starts at a
 // later group), as the runtime does.
-std::vector<float> run(Isa isa, const KernelId& id, const Problem& p, const Data& d, int64_t n) {
+std::vector<float> run(Isa isa, const KernelId& id, const Problem& p, const Data& d, int64_t n,
+                       CpuTune tune = host_cpu_tune()) {
   std::vector<float> y(size_t(n * d.y_stride), std::bit_cast<float>(kPoisonBits));
   const int64_t mult = p.epilogue == Epilogue::SiluMul ? 2 : 1;
   const int64_t group_bytes = (p.k / 32) * packed_block_bytes(p.format);
@@ -243,7 +244,7 @@ std::vector<float> run(Isa isa, const KernelId& id, const Problem& p, const Data
     a.k_blocks = p.k / 32;
     a.m_rows = std::min<int64_t>(32, p.m - row0);
     a.n_tokens = n;
-    kernel(isa, id).fn()(&a);
+    kernel(isa, id, tune).fn()(&a);
   }
   return y;
 }
@@ -277,6 +278,12 @@ void check(Isa isa, const Problem& p, const Data& d, const Wanted& wanted, const
   SCOPED_TRACE(testing::Message() << to_string(isa) << " " << to_string(p.format) << " "
                                   << to_string(p.epilogue) << " M=" << p.m << " K=" << p.k);
   const std::vector<float> gemv = run(isa, KernelId::gemv(p.epilogue, p.format), p, d, kMaxTokens);
+  // Every tuning's GEMV (its software prefetch) computes the same bits.
+  for (CpuTune tune : kCpuTunes) {
+    const std::vector<float> tuned = run(isa, KernelId::gemv(p.epilogue, p.format), p, d, kMaxTokens, tune);
+    if (std::memcmp(tuned.data(), gemv.data(), gemv.size() * sizeof(float)) != 0)
+      ADD_FAILURE() << "the " << to_string(tune) << " GEMV differs from the host tuning's";
+  }
   for (int64_t n : token_counts) {
     const KernelId id = n == 1 ? KernelId::gemv(p.epilogue, p.format) : KernelId::batch(p.epilogue, p.format);
     const std::vector<float> y = run(isa, id, p, d, n);

@@ -514,7 +514,7 @@ TEST(Lumenc, ChecksDumpsAndReportsErrors) {
   EXPECT_EQ(out, "lumenc: error: cannot read '/nonexistent/x.dsl'\n");
   EXPECT_EQ(run_lumenc("compile --frobnicate x.dsl", &out), 2);
   EXPECT_EQ(run_lumenc("compile " + source_path("dsl/qwen2.dsl") + " -o /nonexistent/x.so --tune znver4", &out), 1);
-  EXPECT_EQ(out, "lumenc: error: --tune 'znver4' is not one of generic, zen4, native\n");
+  EXPECT_EQ(out, "lumenc: error: --tune 'znver4' is not one of generic, zen4, zen5, native\n");
   // A pass after infer_shapes run alone on untyped IR: the file's fault (exit 1), not an internal error (70).
   EXPECT_EQ(run_lumenc("dump-ir --only=plan_memory " + source_path("tests/passes/golden/infer_shapes.in.ir"), &out), 1);
   EXPECT_EQ(out.rfind("lumenc: error: plan_memory alone needs a fully typed IR (run infer_shapes first): ", 0), 0u)

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <tuple>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -35,12 +36,13 @@ inline std::vector<Isa> runnable_isas() {
 }
 
 // The kernel `id` for `isa`, generated once through the entry point model.so
-// emission uses, tuned for this CPU as lumen-run's are.
-inline const JitKernel& kernel(Isa isa, const program::KernelId& id) {
-  static std::map<std::pair<Isa, program::KernelId>, std::unique_ptr<JitKernel>> cache;
-  auto& slot = cache[{isa, id}];
-  if (!slot) slot = std::make_unique<JitKernel>(generate_matmul_kernel(isa, id, host_cpu_tune()));
+// emission uses, tuned for this CPU as lumen-run's are (or for `tune`).
+inline const JitKernel& kernel(Isa isa, const program::KernelId& id, CpuTune tune) {
+  static std::map<std::tuple<Isa, program::KernelId, CpuTune>, std::unique_ptr<JitKernel>> cache;
+  auto& slot = cache[{isa, id, tune}];
+  if (!slot) slot = std::make_unique<JitKernel>(generate_matmul_kernel(isa, id, tune));
   return *slot;
 }
+inline const JitKernel& kernel(Isa isa, const program::KernelId& id) { return kernel(isa, id, host_cpu_tune()); }
 
 }  // namespace lumen::codegen::test
