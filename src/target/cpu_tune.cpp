@@ -15,17 +15,19 @@ namespace {
 struct TuneRow {
   CpuTune tune;
   const char* name;
-  GemvPrefetch gemv_prefetch;
+  GemvPrefetch q8_0_gemv_prefetch;
   GemvPrefetch nibble_gemv_prefetch;
+  GemvPrefetch gemv_prefetch;
   bool zmm_q8_0_batch_prefetch;
 };
 constexpr TuneRow kTunes[] = {
-#define LUMEN_CPU_TUNE_ROW(e, name, gemv, nibble_gemv, batch) \
-  {CpuTune::e, name, GemvPrefetch::gemv, GemvPrefetch::nibble_gemv, batch},
+#define LUMEN_CPU_TUNE_ROW(e, name, q8_0_gemv, nibble_gemv, gemv, batch) \
+  {CpuTune::e, name, GemvPrefetch::q8_0_gemv, GemvPrefetch::nibble_gemv, GemvPrefetch::gemv, batch},
     LUMEN_CPU_TUNES(LUMEN_CPU_TUNE_ROW)
 #undef LUMEN_CPU_TUNE_ROW
 };
-// Only the 32-wide formats' generator has the next-tile prefetch.
+// Only the 32-wide formats' generator (Q8_0 and the 4- and 5-bit formats) has
+// the next-tile prefetch.
 static_assert([] {
   for (const TuneRow& r : kTunes)
     if (r.gemv_prefetch == GemvPrefetch::NextTile) return false;
@@ -76,6 +78,7 @@ std::string cpu_tune_names() {
 }
 
 GemvPrefetch gemv_prefetch(CpuTune tune, ops::DType format) {
+  if (format == ops::DType::Q8_0) return row(tune).q8_0_gemv_prefetch;
   return is_packed_4bit(format) ? row(tune).nibble_gemv_prefetch : row(tune).gemv_prefetch;
 }
 bool batch_prefetch(CpuTune tune, Isa isa, ops::DType format) {

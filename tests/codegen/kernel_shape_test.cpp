@@ -83,10 +83,12 @@ TEST(KernelShape, TuningsDifferOnlyInTheGemvPrefetch) {
     EXPECT_EQ(gemv_prefetch(CpuTune::Generic, format), GemvPrefetch::BlocksAhead);
     EXPECT_EQ(gemv_prefetch(CpuTune::Zen4, format), GemvPrefetch::None);
   }
-  // zen5's measured rule: the 32-wide 4- and 5-bit GEMVs prefetch the next tile.
+  // zen5's measured rule: the 32-wide 4- and 5-bit GEMVs prefetch the next
+  // tile, Q8_0's none, the others 4 blocks ahead.
   EXPECT_EQ(gemv_prefetch(CpuTune::Zen5, ops::DType::Q5_0), GemvPrefetch::NextTile);
   EXPECT_EQ(gemv_prefetch(CpuTune::Zen5, ops::DType::IQ4_XS), GemvPrefetch::NextTile);
-  EXPECT_EQ(gemv_prefetch(CpuTune::Zen5, ops::DType::Q8_0), GemvPrefetch::BlocksAhead);
+  EXPECT_EQ(gemv_prefetch(CpuTune::Zen5, ops::DType::Q8_0), GemvPrefetch::None);
+  EXPECT_EQ(gemv_prefetch(CpuTune::Zen5, ops::DType::F16), GemvPrefetch::BlocksAhead);
   EXPECT_EQ(gemv_prefetch(CpuTune::Zen5, ops::DType::Q6_K), GemvPrefetch::BlocksAhead);
   // zen4's measured batch rule: only the zmm Q8_0 batch kernels go without.
   EXPECT_FALSE(batch_prefetch(CpuTune::Zen4, Isa::Avx512Vnni, ops::DType::Q8_0));

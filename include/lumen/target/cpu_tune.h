@@ -19,34 +19,36 @@ namespace lumen {
 // register tile's rows (one tile ahead: the distance follows K at run time).
 enum class GemvPrefetch : uint8_t { None, BlocksAhead, NextTile };
 
-//   X(enumerator, name, gemv_prefetch, nibble_gemv_prefetch, zmm_q8_0_batch_prefetch)
-// gemv_prefetch: the GEMVs of Q8_0, the k-quants and the float formats (None
-// or BlocksAhead). generic prefetches ahead: end to end decode gained 4-5% at
-// 1 and 2 threads on an Intel Xeon (family 6 model 207). zen4 does not: there
-// every GEMV streamed 25-45% more GB/s without, at every distance tried, and
-// tg64 at 1 thread rose 1.2-1.5x.
-// nibble_gemv_prefetch: the same for the 32-wide 4- and 5-bit formats
-// (packed_4bit.h). zen5 prefetches the next tile: on Zen 5 their 896-wide
-// GEMVs (a group's stream is 9-11 KB, ten times shorter than at K = 4864)
-// streamed 10-25% more GB/s than 4 blocks ahead, and 40-60% more than
-// without, in three alternated rounds.
+//   X(enumerator, name, q8_0_gemv_prefetch, nibble_gemv_prefetch, gemv_prefetch, zmm_q8_0_batch_prefetch)
+// The GEMVs' prefetch per kind of format: Q8_0; the 32-wide 4- and 5-bit
+// formats (packed_4bit.h); the k-quants and float formats (None or
+// BlocksAhead: only the 32-wide formats' generator has NextTile).
+// - generic prefetches ahead: end to end decode gained 4-5% at 1 and 2
+//   threads on an Intel Xeon (family 6 model 207).
+// - zen4 does not: there every GEMV streamed 25-45% more GB/s without, at
+//   every distance tried, and tg64 at 1 thread rose 1.2-1.5x.
+// - zen5 prefetches the 4- and 5-bit GEMVs' next tile: their 896-wide GEMVs
+//   (a group's stream is 9-11 KB, a sixth of its length at K = 4864) streamed
+//   10-25% more GB/s than 4 blocks ahead, and 40-60% more than without. Its
+//   Q8_0 GEMV goes without (tg64 of a Q8_0 file +2-4% in three alternated
+//   rounds); the k-quant and F16 GEMVs lose 10-15% without, so they keep it.
 // zmm_q8_0_batch_prefetch: the Q8_0 batch kernels (N = 2-8) on the zmm ISAs
 // prefetch 4 blocks ahead. zen4 drops it (a verify pass of 4 drafts 1.36-1.48x
 // a decode step instead of 1.68x); every other batch kernel keeps its prefetch,
 // without which it was slower there (4-bit and k-quant files, and AVX2).
-#define LUMEN_CPU_TUNES(X)                                                          \
-  X(Generic, "generic", BlocksAhead, BlocksAhead, true)                             \
-  X(Zen4, "zen4", None, None, false)                                                \
-  X(Zen5, "zen5", BlocksAhead, NextTile, true)
+#define LUMEN_CPU_TUNES(X)                                            \
+  X(Generic, "generic", BlocksAhead, BlocksAhead, BlocksAhead, true)  \
+  X(Zen4, "zen4", None, None, None, false)                            \
+  X(Zen5, "zen5", None, NextTile, BlocksAhead, true)
 
 enum class CpuTune : uint8_t {
-#define LUMEN_CPU_TUNE_ENUM(e, name, gemv, nibble_gemv, batch) e,
+#define LUMEN_CPU_TUNE_ENUM(e, name, q8_0_gemv, nibble_gemv, gemv, batch) e,
   LUMEN_CPU_TUNES(LUMEN_CPU_TUNE_ENUM)
 #undef LUMEN_CPU_TUNE_ENUM
 };
 
 inline constexpr CpuTune kCpuTunes[] = {
-#define LUMEN_CPU_TUNE_ITEM(e, name, gemv, nibble_gemv, batch) CpuTune::e,
+#define LUMEN_CPU_TUNE_ITEM(e, name, q8_0_gemv, nibble_gemv, gemv, batch) CpuTune::e,
     LUMEN_CPU_TUNES(LUMEN_CPU_TUNE_ITEM)
 #undef LUMEN_CPU_TUNE_ITEM
 };
