@@ -199,7 +199,7 @@ KernelShape float_kernel_shape(Isa isa, const program::KernelId& kernel, CpuTune
   // Eight columns' lines (one iteration) per stream, 8 iterations ahead.
   shape.prefetch_bytes = 8 * kUnroll * kPackRows * float_element_bytes(kernel.weight);
   if (kernel.kind == KernelKind::Gemv) {
-    if (gemv_prefetch(tune, kernel.weight) == GemvPrefetch::None) shape.prefetch_bytes = 0;
+    if (gemv_prefetch(tune, isa, kernel.weight) == WeightPrefetch::None) shape.prefetch_bytes = 0;
     // The Q8_0 GEMV's streams: 4 packed groups on zmm, 2 on ymm (two halves each).
     shape.groups = std::max<int64_t>(1, (is_ymm_isa(isa) ? 2 : 4) / mult);
     return shape;

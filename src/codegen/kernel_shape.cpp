@@ -23,18 +23,21 @@ KernelShape kernel_shape(Isa isa, const program::KernelId& kernel, CpuTune tune)
     shape.groups = std::max<int64_t>(1, std::min(kGemvPackedGroups, max_accumulators(isa) / halves) / mult);
     // Four blocks ahead on every weight stream, or the next tile's blocks,
     // as the tuning says (cpu_tune.h: its measurements).
-    const GemvPrefetch prefetch = gemv_prefetch(tune, kernel.weight);
-    if (prefetch == GemvPrefetch::BlocksAhead) shape.prefetch_bytes = 4 * packed_block_bytes(kernel.weight);
-    shape.prefetch_next_tile = prefetch == GemvPrefetch::NextTile;
+    const WeightPrefetch prefetch = gemv_prefetch(tune, isa, kernel.weight);
+    if (prefetch == WeightPrefetch::BlocksAhead) shape.prefetch_bytes = 4 * packed_block_bytes(kernel.weight);
+    shape.prefetch_next_tile = prefetch == WeightPrefetch::NextTile;
     return shape;
   }
   if (kernel.kind == program::KernelKind::Batch) {
-    // The GEMV's streams and prefetch with every token of the batch (up to
-    // 8) on each weight block: the fp32 accumulators go to memory so that the
-    // int ones fill the registers. Two packed groups (gate and up for
-    // SiluMul; one on AVX2, whose 11 int registers would leave 2 tokens).
+    // The GEMV's streams with every token of the batch (up to 8) on each
+    // weight block, prefetched as the tuning says: the fp32 accumulators go
+    // to memory so that the int ones fill the registers. Two packed groups
+    // (gate and up for SiluMul; one on AVX2, whose 11 int registers would
+    // leave 2 tokens).
     shape.fp32_acc_in_memory = true;
-    if (batch_prefetch(tune, isa, kernel.weight)) shape.prefetch_bytes = 4 * packed_block_bytes(kernel.weight);
+    const WeightPrefetch prefetch = batch_prefetch(tune, isa, kernel.weight);
+    if (prefetch == WeightPrefetch::BlocksAhead) shape.prefetch_bytes = 4 * packed_block_bytes(kernel.weight);
+    shape.prefetch_next_tile = prefetch == WeightPrefetch::NextTile;
     shape.groups = isa == Isa::Avx2 ? 1 : std::max<int64_t>(1, 2 / mult);
     const int64_t max_tokens = std::min(max_tile_tokens(isa), program::KernelId::kBatchMaxTokens);
     shape.tokens = std::max<int64_t>(

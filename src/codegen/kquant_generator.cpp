@@ -801,7 +801,7 @@ KQuantShape kquant_kernel_shape(Isa isa, const program::KernelId& kernel, CpuTun
   // One super-block ahead on every weight stream (about the Q8_0 kernels' 2176 B).
   shape.prefetch_bytes = packed_kquant_super_bytes(t);
   if (kernel.kind == KernelKind::Gemv) {
-    if (gemv_prefetch(tune, kernel.weight) == GemvPrefetch::None) shape.prefetch_bytes = 0;
+    if (gemv_prefetch(tune, isa, kernel.weight) == WeightPrefetch::None) shape.prefetch_bytes = 0;
     // The Q8_0 GEMV's streams: 4 packed groups (2 of two ymm halves).
     shape.groups = std::max(1, (is_ymm_isa(isa) ? 2 : 4) / mult);
     return shape;

@@ -136,7 +136,8 @@ class MatMulGenerator : public EpilogueGenerator {
   const Reg64& woff_ = rax;
   const Reg64& xoff_ = rcx;
   // woff_ plus the bytes of a tile's groups, for prefetch_next_tile: the
-  // last pointer register, which a GEMV's one token leaves free.
+  // last pointer register, which a GEMV's or batch kernel's tile (at most
+  // 2 packed groups and 8 tokens) leaves free.
   const Reg64& next_tile_off_ = pointer_regs_[kTilePointerRegs - 1];
   bool next_tile_prefetch() const { return shape_.prefetch_next_tile; }
   bool prefetches() const { return next_tile_prefetch() || shape_.prefetch_bytes > 0; }

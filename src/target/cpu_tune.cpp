@@ -15,14 +15,17 @@ namespace {
 struct TuneRow {
   CpuTune tune;
   const char* name;
-  GemvPrefetch q8_0_gemv_prefetch;
-  GemvPrefetch nibble_gemv_prefetch;
-  GemvPrefetch gemv_prefetch;
-  bool zmm_q8_0_batch_prefetch;
+  WeightPrefetch zmm_q8_0_gemv_prefetch;
+  WeightPrefetch ymm_q8_0_gemv_prefetch;
+  WeightPrefetch nibble_gemv_prefetch;
+  WeightPrefetch gemv_prefetch;
+  WeightPrefetch zmm_q8_0_batch_prefetch;
+  WeightPrefetch batch_prefetch;
 };
 constexpr TuneRow kTunes[] = {
-#define LUMEN_CPU_TUNE_ROW(e, name, q8_0_gemv, nibble_gemv, gemv, batch) \
-  {CpuTune::e, name, GemvPrefetch::q8_0_gemv, GemvPrefetch::nibble_gemv, GemvPrefetch::gemv, batch},
+#define LUMEN_CPU_TUNE_ROW(e, name, zmm_q8_0_gemv, ymm_q8_0_gemv, nibble_gemv, gemv, zmm_q8_0_batch, batch)    \
+  {CpuTune::e,          name, WeightPrefetch::zmm_q8_0_gemv, WeightPrefetch::ymm_q8_0_gemv,                      \
+   WeightPrefetch::nibble_gemv, WeightPrefetch::gemv, WeightPrefetch::zmm_q8_0_batch, WeightPrefetch::batch},
     LUMEN_CPU_TUNES(LUMEN_CPU_TUNE_ROW)
 #undef LUMEN_CPU_TUNE_ROW
 };
@@ -30,7 +33,7 @@ constexpr TuneRow kTunes[] = {
 // the next-tile prefetch.
 static_assert([] {
   for (const TuneRow& r : kTunes)
-    if (r.gemv_prefetch == GemvPrefetch::NextTile) return false;
+    if (r.gemv_prefetch == WeightPrefetch::NextTile) return false;
   return true;
 }());
 
@@ -77,12 +80,13 @@ std::string cpu_tune_names() {
   return names;
 }
 
-GemvPrefetch gemv_prefetch(CpuTune tune, ops::DType format) {
-  if (format == ops::DType::Q8_0) return row(tune).q8_0_gemv_prefetch;
+WeightPrefetch gemv_prefetch(CpuTune tune, Isa isa, ops::DType format) {
+  if (format == ops::DType::Q8_0) return is_ymm_isa(isa) ? row(tune).ymm_q8_0_gemv_prefetch : row(tune).zmm_q8_0_gemv_prefetch;
   return is_packed_4bit(format) ? row(tune).nibble_gemv_prefetch : row(tune).gemv_prefetch;
 }
-bool batch_prefetch(CpuTune tune, Isa isa, ops::DType format) {
-  return is_ymm_isa(isa) || format != ops::DType::Q8_0 || row(tune).zmm_q8_0_batch_prefetch;
+WeightPrefetch batch_prefetch(CpuTune tune, Isa isa, ops::DType format) {
+  if (format != ops::DType::Q8_0 && !is_packed_4bit(format)) return WeightPrefetch::BlocksAhead;
+  return format == ops::DType::Q8_0 && !is_ymm_isa(isa) ? row(tune).zmm_q8_0_batch_prefetch : row(tune).batch_prefetch;
 }
 
 CpuTune host_cpu_tune() {

@@ -73,40 +73,45 @@ void expect_internal_error(Isa isa, const KernelId& kernel, const std::string& w
 // and ISA, a GEMV or batch kernel tuned for a CPU has the generic shape but
 // for its software prefetch (none, ahead, or the next tile's blocks), as the
 // tuning says.
-TEST(KernelShape, TuningsDifferOnlyInTheGemvPrefetch) {
+TEST(KernelShape, TuningsDifferOnlyInTheWeightPrefetch) {
   for (CpuTune tune : kCpuTunes) {
     EXPECT_EQ(parse_cpu_tune(to_string(tune)), tune);
     EXPECT_NE(cpu_tune_names().find(to_string(tune)), std::string::npos);
   }
   EXPECT_FALSE(parse_cpu_tune("znver4").has_value());
   for (ops::DType format : {ops::DType::Q8_0, ops::DType::Q5_0, ops::DType::Q4_K, ops::DType::F16}) {
-    EXPECT_EQ(gemv_prefetch(CpuTune::Generic, format), GemvPrefetch::BlocksAhead);
-    EXPECT_EQ(gemv_prefetch(CpuTune::Zen4, format), GemvPrefetch::None);
+    EXPECT_EQ(gemv_prefetch(CpuTune::Generic, Isa::Avx512Vnni, format), WeightPrefetch::BlocksAhead);
+    EXPECT_EQ(gemv_prefetch(CpuTune::Zen4, Isa::Avx2, format), WeightPrefetch::None);
   }
-  // zen5's measured rule: the 32-wide 4- and 5-bit GEMVs prefetch the next
-  // tile, Q8_0's none, the others 4 blocks ahead.
-  EXPECT_EQ(gemv_prefetch(CpuTune::Zen5, ops::DType::Q5_0), GemvPrefetch::NextTile);
-  EXPECT_EQ(gemv_prefetch(CpuTune::Zen5, ops::DType::IQ4_XS), GemvPrefetch::NextTile);
-  EXPECT_EQ(gemv_prefetch(CpuTune::Zen5, ops::DType::Q8_0), GemvPrefetch::None);
-  EXPECT_EQ(gemv_prefetch(CpuTune::Zen5, ops::DType::F16), GemvPrefetch::BlocksAhead);
-  EXPECT_EQ(gemv_prefetch(CpuTune::Zen5, ops::DType::Q6_K), GemvPrefetch::BlocksAhead);
-  // zen4's measured batch rule: only the zmm Q8_0 batch kernels go without.
-  EXPECT_FALSE(batch_prefetch(CpuTune::Zen4, Isa::Avx512Vnni, ops::DType::Q8_0));
-  EXPECT_TRUE(batch_prefetch(CpuTune::Zen4, Isa::Avx2, ops::DType::Q8_0));
-  EXPECT_TRUE(batch_prefetch(CpuTune::Zen4, Isa::Avx512Vnni, ops::DType::Q4_0));
-  EXPECT_TRUE(batch_prefetch(CpuTune::Generic, Isa::Avx512Vnni, ops::DType::Q8_0));
+  // zen5's measured rule: the 32-wide 4- and 5-bit GEMVs and the ymm Q8_0
+  // one prefetch the next tile, the zmm Q8_0 one none, the others ahead.
+  EXPECT_EQ(gemv_prefetch(CpuTune::Zen5, Isa::Avx512Vnni, ops::DType::Q5_0), WeightPrefetch::NextTile);
+  EXPECT_EQ(gemv_prefetch(CpuTune::Zen5, Isa::Avx2, ops::DType::IQ4_XS), WeightPrefetch::NextTile);
+  EXPECT_EQ(gemv_prefetch(CpuTune::Zen5, Isa::Avx512Vnni, ops::DType::Q8_0), WeightPrefetch::None);
+  EXPECT_EQ(gemv_prefetch(CpuTune::Zen5, Isa::Avx2, ops::DType::Q8_0), WeightPrefetch::NextTile);
+  EXPECT_EQ(gemv_prefetch(CpuTune::Zen5, Isa::Avx2, ops::DType::F16), WeightPrefetch::BlocksAhead);
+  EXPECT_EQ(gemv_prefetch(CpuTune::Zen5, Isa::Avx512Vnni, ops::DType::Q6_K), WeightPrefetch::BlocksAhead);
+  // zen4's measured batch rule: only the zmm Q8_0 batch kernels go without;
+  // zen5's: every batch kernel of the 32-wide formats prefetches the next tile.
+  EXPECT_EQ(batch_prefetch(CpuTune::Zen4, Isa::Avx512Vnni, ops::DType::Q8_0), WeightPrefetch::None);
+  EXPECT_EQ(batch_prefetch(CpuTune::Zen4, Isa::Avx2, ops::DType::Q8_0), WeightPrefetch::BlocksAhead);
+  EXPECT_EQ(batch_prefetch(CpuTune::Zen4, Isa::Avx512Vnni, ops::DType::Q4_0), WeightPrefetch::BlocksAhead);
+  EXPECT_EQ(batch_prefetch(CpuTune::Generic, Isa::Avx512Vnni, ops::DType::Q8_0), WeightPrefetch::BlocksAhead);
+  EXPECT_EQ(batch_prefetch(CpuTune::Zen5, Isa::Avx512Vnni, ops::DType::Q8_0), WeightPrefetch::NextTile);
+  EXPECT_EQ(batch_prefetch(CpuTune::Zen5, Isa::Avx2, ops::DType::Q5_0), WeightPrefetch::NextTile);
+  EXPECT_EQ(batch_prefetch(CpuTune::Zen5, Isa::Avx512Vnni, ops::DType::Q4_K), WeightPrefetch::BlocksAhead);
   for (Isa isa : kAllIsas) {
     for (ops::DType format : kPackedFormats) {
       for (Epilogue e : {Epilogue::None, Epilogue::Bias, Epilogue::SiluMul}) {
         const KernelId gemv = KernelId::gemv(e, format), batch = KernelId::batch(e, format);
         SCOPED_TRACE(to_string(gemv) + " " + to_string(isa));
         for (CpuTune tune : kCpuTunes) {
-          const GemvPrefetch prefetch = gemv_prefetch(tune, format);
+          const WeightPrefetch prefetch = gemv_prefetch(tune, isa, format);
           if (is_kquant_kernel(gemv)) {
             const KQuantShape generic = kquant_kernel_shape(isa, gemv), tuned = kquant_kernel_shape(isa, gemv, tune);
             EXPECT_GT(generic.prefetch_bytes, 0);
-            EXPECT_NE(prefetch, GemvPrefetch::NextTile);
-            EXPECT_EQ(tuned.prefetch_bytes, prefetch == GemvPrefetch::None ? 0 : generic.prefetch_bytes);
+            EXPECT_NE(prefetch, WeightPrefetch::NextTile);
+            EXPECT_EQ(tuned.prefetch_bytes, prefetch == WeightPrefetch::None ? 0 : generic.prefetch_bytes);
             EXPECT_EQ(tuned.groups, generic.groups);
             EXPECT_EQ(tuned.tokens, generic.tokens);
             EXPECT_EQ(kquant_kernel_shape(isa, batch, tune).prefetch_bytes, kquant_kernel_shape(isa, batch).prefetch_bytes);
@@ -115,16 +120,22 @@ TEST(KernelShape, TuningsDifferOnlyInTheGemvPrefetch) {
           const KernelShape generic = kernel_shape(isa, gemv), tuned = kernel_shape(isa, gemv, tune);
           EXPECT_GT(generic.prefetch_bytes, 0);
           EXPECT_FALSE(generic.prefetch_next_tile);
-          EXPECT_EQ(tuned.prefetch_bytes, prefetch == GemvPrefetch::BlocksAhead ? generic.prefetch_bytes : 0);
-          EXPECT_EQ(tuned.prefetch_next_tile, prefetch == GemvPrefetch::NextTile);
+          EXPECT_EQ(tuned.prefetch_bytes, prefetch == WeightPrefetch::BlocksAhead ? generic.prefetch_bytes : 0);
+          EXPECT_EQ(tuned.prefetch_next_tile, prefetch == WeightPrefetch::NextTile);
           KernelShape same = tuned;
           same.prefetch_bytes = generic.prefetch_bytes;
           same.prefetch_next_tile = false;
           EXPECT_EQ(generate_matmul_kernel(isa, gemv, same), generate_matmul_kernel(isa, gemv, generic));
           const KernelShape generic_batch = kernel_shape(isa, batch), tuned_batch = kernel_shape(isa, batch, tune);
+          const WeightPrefetch batch_pf = batch_prefetch(tune, isa, format);
           EXPECT_GT(generic_batch.prefetch_bytes, 0);
-          EXPECT_FALSE(tuned_batch.prefetch_next_tile);
-          EXPECT_EQ(tuned_batch.prefetch_bytes, batch_prefetch(tune, isa, format) ? generic_batch.prefetch_bytes : 0);
+          EXPECT_FALSE(generic_batch.prefetch_next_tile);
+          EXPECT_EQ(tuned_batch.prefetch_bytes, batch_pf == WeightPrefetch::BlocksAhead ? generic_batch.prefetch_bytes : 0);
+          EXPECT_EQ(tuned_batch.prefetch_next_tile, batch_pf == WeightPrefetch::NextTile);
+          KernelShape same_batch = tuned_batch;
+          same_batch.prefetch_bytes = generic_batch.prefetch_bytes;
+          same_batch.prefetch_next_tile = false;
+          EXPECT_EQ(generate_matmul_kernel(isa, batch, same_batch), generate_matmul_kernel(isa, batch, generic_batch));
           EXPECT_EQ(tuned_batch.tokens, generic_batch.tokens);
           EXPECT_EQ(tuned_batch.groups, generic_batch.groups);
         }

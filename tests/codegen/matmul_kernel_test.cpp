@@ -429,20 +429,24 @@ TEST(MatMulKernels, TilesWithFp32AccumulatorsInRegistersOrMemory) {
 }
 
 TEST(MatMulKernels, BatchKernelsOfEveryEpilogueForAnyTokenCount) {
-  // The runtime calls batch kernels for 2-8 tokens; any count must work.
+  // The runtime calls batch kernels for 2-8 tokens; any count must work,
+  // with every tuning's prefetch.
   for (Isa isa : runnable_isas()) {
     for (Epilogue e : {Epilogue::None, Epilogue::Bias, Epilogue::Residual, Epilogue::BiasResidual,
                        Epilogue::SiluMul}) {
       for (int64_t n : {1, 2, 3, 5, 7, 8, 9, 13}) {
+        const CpuTune tune = kCpuTunes[size_t(n) % std::size(kCpuTunes)];
         Problem p;
         p.epilogue = e;
         p.kernel = KernelId::batch(e);
+        p.shape = kernel_shape(isa, p.kernel, tune);
         p.m = n % 2 ? 150 : 67;
         p.k = n % 3 ? 352 : 896;
         p.n = n;
         p.threads = 1 + int(n % 3);
         p.rows_per_task = 64;
-        SCOPED_TRACE(std::string(to_string(isa)) + " " + to_string(p.kernel) + " n " + std::to_string(n));
+        SCOPED_TRACE(std::string(to_string(isa)) + " " + to_string(p.kernel) + " " + to_string(tune) + " n " +
+                     std::to_string(n));
         check(isa, p, uint32_t(n * 7 + int(e)));
       }
     }

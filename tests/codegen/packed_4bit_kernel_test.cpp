@@ -278,11 +278,16 @@ void check(Isa isa, const Problem& p, const Data& d, const Wanted& wanted, const
   SCOPED_TRACE(testing::Message() << to_string(isa) << " " << to_string(p.format) << " "
                                   << to_string(p.epilogue) << " M=" << p.m << " K=" << p.k);
   const std::vector<float> gemv = run(isa, KernelId::gemv(p.epilogue, p.format), p, d, kMaxTokens);
-  // Every tuning's GEMV (its software prefetch) computes the same bits.
+  // Every tuning's GEMV and batch kernel (their software prefetch) compute
+  // the same bits.
+  const std::vector<float> batch = run(isa, KernelId::batch(p.epilogue, p.format), p, d, kMaxTokens - 1);
   for (CpuTune tune : kCpuTunes) {
     const std::vector<float> tuned = run(isa, KernelId::gemv(p.epilogue, p.format), p, d, kMaxTokens, tune);
     if (std::memcmp(tuned.data(), gemv.data(), gemv.size() * sizeof(float)) != 0)
       ADD_FAILURE() << "the " << to_string(tune) << " GEMV differs from the host tuning's";
+    const std::vector<float> tuned_batch = run(isa, KernelId::batch(p.epilogue, p.format), p, d, kMaxTokens - 1, tune);
+    if (std::memcmp(tuned_batch.data(), batch.data(), batch.size() * sizeof(float)) != 0)
+      ADD_FAILURE() << "the " << to_string(tune) << " batch kernel differs from the host tuning's";
   }
   for (int64_t n : token_counts) {
     const KernelId id = n == 1 ? KernelId::gemv(p.epilogue, p.format) : KernelId::batch(p.epilogue, p.format);

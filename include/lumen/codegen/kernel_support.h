@@ -25,9 +25,9 @@ struct KernelShape {
   // 32-block) so that the int accumulators can use the registers they held:
   // the ymm GEMM tiles and every batch kernel.
   bool fp32_acc_in_memory = false;
-  // A GEMV of the 32-wide formats prefetches each block of the next register
-  // tile's rows instead (prefetch_bytes unused): a distance of one tile, which
-  // the kernel knows at run time from K (cpu_tune.h: why).
+  // A GEMV or batch kernel of the 32-wide formats prefetches each block of
+  // the next register tile's rows instead (prefetch_bytes unused): a distance
+  // of one tile, which the kernel knows at run time from K (cpu_tune.h: why).
   bool prefetch_next_tile = false;
 };
 // InternalError for a kernel that is not program::fits(kernel, isa). `tune`

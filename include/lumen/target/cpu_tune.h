@@ -14,41 +14,48 @@
 
 namespace lumen {
 
-// How a GEMV (decode, N = 1) prefetches its weight streams in software:
-// not at all, 4 blocks ahead on each stream, or each block of the next
-// register tile's rows (one tile ahead: the distance follows K at run time).
-enum class GemvPrefetch : uint8_t { None, BlocksAhead, NextTile };
+// How a kernel prefetches its weight streams in software: not at all, 4
+// blocks ahead on each stream, or each block of the next register tile's rows
+// (one tile ahead: the distance follows K at run time).
+enum class WeightPrefetch : uint8_t { None, BlocksAhead, NextTile };
 
-//   X(enumerator, name, q8_0_gemv_prefetch, nibble_gemv_prefetch, gemv_prefetch, zmm_q8_0_batch_prefetch)
-// The GEMVs' prefetch per kind of format: Q8_0; the 32-wide 4- and 5-bit
-// formats (packed_4bit.h); the k-quants and float formats (None or
-// BlocksAhead: only the 32-wide formats' generator has NextTile).
+//   X(enumerator, name, zmm_q8_0_gemv, ymm_q8_0_gemv, nibble_gemv, gemv, zmm_q8_0_batch, batch)
+// The GEMVs' (decode, N = 1) prefetch per kind of format: Q8_0 on the zmm
+// and on the ymm ISAs; the 32-wide 4- and 5-bit formats (packed_4bit.h); the
+// k-quants and float formats (None or BlocksAhead: only the 32-wide
+// formats' generator has NextTile).
 // - generic prefetches ahead: end to end decode gained 4-5% at 1 and 2
 //   threads on an Intel Xeon (family 6 model 207).
 // - zen4 does not: there every GEMV streamed 25-45% more GB/s without, at
 //   every distance tried, and tg64 at 1 thread rose 1.2-1.5x.
-// - zen5 prefetches the 4- and 5-bit GEMVs' next tile: their 896-wide GEMVs
-//   (a group's stream is 9-11 KB, a sixth of its length at K = 4864) streamed
-//   10-25% more GB/s than 4 blocks ahead, and 40-60% more than without. Its
-//   Q8_0 GEMV goes without (tg64 of a Q8_0 file +2-4% in three alternated
-//   rounds); the k-quant and F16 GEMVs lose 10-15% without, so they keep it.
-// zmm_q8_0_batch_prefetch: the Q8_0 batch kernels (N = 2-8) on the zmm ISAs
-// prefetch 4 blocks ahead. zen4 drops it (a verify pass of 4 drafts 1.36-1.48x
-// a decode step instead of 1.68x); every other batch kernel keeps its prefetch,
-// without which it was slower there (4-bit and k-quant files, and AVX2).
-#define LUMEN_CPU_TUNES(X)                                            \
-  X(Generic, "generic", BlocksAhead, BlocksAhead, BlocksAhead, true)  \
-  X(Zen4, "zen4", None, None, None, false)                            \
-  X(Zen5, "zen5", None, NextTile, BlocksAhead, true)
+// - zen5 prefetches the next tile in the 4- and 5-bit GEMVs, whose 896-wide
+//   shapes (a group's stream is 9-11 KB, a sixth of its length at K = 4864)
+//   streamed 10-25% more GB/s than 4 blocks ahead and 40-60% more than
+//   without, and in the ymm Q8_0 GEMV (35-37 GB/s against 18-31 ahead). The
+//   zmm Q8_0 GEMV goes without (tg64 of a Q8_0 file +2-4% in three
+//   alternated rounds); the k-quant and F16 GEMVs lose 10-15% without.
+// The batch kernels' (N = 2-8) of the 32-wide formats: Q8_0's on the zmm
+// ISAs, and the others (the 4- and 5-bit ones, Q8_0's on the ymm ISAs); the
+// k-quants' and float formats' always prefetch ahead.
+// - zen4 drops the zmm Q8_0 ones' (a verify pass of 4 drafts 1.36-1.48x a
+//   decode step instead of 1.68x) and keeps the others', without which they
+//   were slower there (4-bit files, and AVX2).
+// - zen5 prefetches the next tile in all of them: a verify pass of 4 drafts
+//   went from 1.31x a decode step to 1.15-1.16x (Q8_0), 1.39-1.47x to
+//   1.17-1.20x (Q4_K_M) and, on the AVX2 kernels, 1.29-1.31x to 1.08-1.10x.
+#define LUMEN_CPU_TUNES(X)                                                                        \
+  X(Generic, "generic", BlocksAhead, BlocksAhead, BlocksAhead, BlocksAhead, BlocksAhead, BlocksAhead) \
+  X(Zen4, "zen4", None, None, None, None, None, BlocksAhead)                                      \
+  X(Zen5, "zen5", None, NextTile, NextTile, BlocksAhead, NextTile, NextTile)
 
 enum class CpuTune : uint8_t {
-#define LUMEN_CPU_TUNE_ENUM(e, name, q8_0_gemv, nibble_gemv, gemv, batch) e,
+#define LUMEN_CPU_TUNE_ENUM(e, name, zmm_q8_0_gemv, ymm_q8_0_gemv, nibble_gemv, gemv, zmm_q8_0_batch, batch) e,
   LUMEN_CPU_TUNES(LUMEN_CPU_TUNE_ENUM)
 #undef LUMEN_CPU_TUNE_ENUM
 };
 
 inline constexpr CpuTune kCpuTunes[] = {
-#define LUMEN_CPU_TUNE_ITEM(e, name, q8_0_gemv, nibble_gemv, gemv, batch) CpuTune::e,
+#define LUMEN_CPU_TUNE_ITEM(e, name, zmm_q8_0_gemv, ymm_q8_0_gemv, nibble_gemv, gemv, zmm_q8_0_batch, batch) CpuTune::e,
     LUMEN_CPU_TUNES(LUMEN_CPU_TUNE_ITEM)
 #undef LUMEN_CPU_TUNE_ITEM
 };
@@ -56,11 +63,11 @@ inline constexpr CpuTune kCpuTunes[] = {
 const char* to_string(CpuTune tune);                      // "generic", "zen4", ...
 std::optional<CpuTune> parse_cpu_tune(std::string_view name);
 std::string cpu_tune_names();                             // "generic, zen4, zen5"
-// How the GEMVs of packed `format` prefetch under the tuning.
-GemvPrefetch gemv_prefetch(CpuTune tune, ops::DType format);
-// Whether the batch kernels of packed `format` on `isa` prefetch their weight
-// streams: all of them, but the zmm Q8_0 ones only where the tuning says so.
-bool batch_prefetch(CpuTune tune, Isa isa, ops::DType format);
+// How the GEMVs of packed `format` on `isa` prefetch under the tuning.
+WeightPrefetch gemv_prefetch(CpuTune tune, Isa isa, ops::DType format);
+// How the batch kernels of packed `format` on `isa` prefetch under the
+// tuning (the k-quants' and float formats': always BlocksAhead).
+WeightPrefetch batch_prefetch(CpuTune tune, Isa isa, ops::DType format);
 
 // The tuning for this CPU (cpuid: AMD family 19h with AVX-512 is Zen 4,
 // family 1Ah Zen 5; any other CPU is generic). LUMEN_CPU_TUNE=NAME overrides it (to compare two
