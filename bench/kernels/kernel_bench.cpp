@@ -719,7 +719,7 @@ int main(int argc, char** argv) {
       std::vector<float> y(max_n * s.m, 0.0f), bias(s.m, 0.5f);
       const KernelId gemv = KernelId::gemv(s.epilogue, *format);
       KernelShape gemv_shape = codegen::kernel_shape(isa, gemv, tune);
-      if (prefetch_next_tile == 0 && gemv_shape.prefetch_next_tile) {
+      if (prefetch_next_tile == 0) {
         gemv_shape.prefetch_next_tile = false;
         gemv_shape.prefetch_bytes = codegen::kernel_shape(isa, gemv, CpuTune::Generic).prefetch_bytes;
       }

@@ -33,7 +33,7 @@ enum class WeightPrefetch : uint8_t { None, BlocksAhead, NextTile };
 //   streamed 10-25% more GB/s than 4 blocks ahead and 40-60% more than
 //   without, and in the ymm Q8_0 GEMV (35-37 GB/s against 18-31 ahead). The
 //   zmm Q8_0 GEMV goes without (tg64 of a Q8_0 file +2-4% in three
-//   alternated rounds); the k-quant and F16 GEMVs lose 10-15% without.
+//   alternated rounds); the k-quant and F16 GEMVs lose 5-17% without.
 // The batch kernels' (N = 2-8) of the 32-wide formats: Q8_0's on the zmm
 // ISAs, and the others (the 4- and 5-bit ones, Q8_0's on the ymm ISAs); the
 // k-quants' and float formats' always prefetch ahead.
