@@ -9,6 +9,17 @@
 
 namespace lumen::codegen {
 
+namespace {
+
+// Four blocks ahead on every weight stream, the next tile's blocks, or none,
+// as the tuning says (cpu_tune.h: its measurements).
+void set_prefetch(KernelShape& shape, WeightPrefetch prefetch, ops::DType format) {
+  if (prefetch == WeightPrefetch::BlocksAhead) shape.prefetch_bytes = 4 * packed_block_bytes(format);
+  shape.prefetch_next_tile = prefetch == WeightPrefetch::NextTile;
+}
+
+}  // namespace
+
 KernelShape kernel_shape(Isa isa, const program::KernelId& kernel, CpuTune tune) {
   if (is_float_kernel(kernel)) return float_kernel_shape(isa, kernel, tune);
   std::string why;
@@ -21,11 +32,7 @@ KernelShape kernel_shape(Isa isa, const program::KernelId& kernel, CpuTune tune)
     constexpr int64_t kGemvPackedGroups = 4;
     shape.tokens = 1;
     shape.groups = std::max<int64_t>(1, std::min(kGemvPackedGroups, max_accumulators(isa) / halves) / mult);
-    // Four blocks ahead on every weight stream, or the next tile's blocks,
-    // as the tuning says (cpu_tune.h: its measurements).
-    const WeightPrefetch prefetch = gemv_prefetch(tune, isa, kernel.weight);
-    if (prefetch == WeightPrefetch::BlocksAhead) shape.prefetch_bytes = 4 * packed_block_bytes(kernel.weight);
-    shape.prefetch_next_tile = prefetch == WeightPrefetch::NextTile;
+    set_prefetch(shape, gemv_prefetch(tune, isa, kernel.weight), kernel.weight);
     return shape;
   }
   if (kernel.kind == program::KernelKind::Batch) {
@@ -35,9 +42,7 @@ KernelShape kernel_shape(Isa isa, const program::KernelId& kernel, CpuTune tune)
     // (gate and up for SiluMul; one on AVX2, whose 11 int registers would
     // leave 2 tokens).
     shape.fp32_acc_in_memory = true;
-    const WeightPrefetch prefetch = batch_prefetch(tune, isa, kernel.weight);
-    if (prefetch == WeightPrefetch::BlocksAhead) shape.prefetch_bytes = 4 * packed_block_bytes(kernel.weight);
-    shape.prefetch_next_tile = prefetch == WeightPrefetch::NextTile;
+    set_prefetch(shape, batch_prefetch(tune, isa, kernel.weight), kernel.weight);
     shape.groups = isa == Isa::Avx2 ? 1 : std::max<int64_t>(1, 2 / mult);
     const int64_t max_tokens = std::min(max_tile_tokens(isa), program::KernelId::kBatchMaxTokens);
     shape.tokens = std::max<int64_t>(

@@ -139,8 +139,7 @@ class MatMulGenerator : public EpilogueGenerator {
   // last pointer register, which a GEMV's or batch kernel's tile (at most
   // 2 packed groups and 8 tokens) leaves free.
   const Reg64& next_tile_off_ = pointer_regs_[kTilePointerRegs - 1];
-  bool next_tile_prefetch() const { return shape_.prefetch_next_tile; }
-  bool prefetches() const { return next_tile_prefetch() || shape_.prefetch_bytes > 0; }
+  bool prefetches() const { return shape_.prefetch_next_tile || shape_.prefetch_bytes > 0; }
 
   Address nib_cst(NibbleConst c) { return ptr[rip + nibble_consts_ + 64 * int(c)]; }
 
@@ -218,7 +217,7 @@ class MatMulGenerator : public EpilogueGenerator {
     Label k_loop, k_done;
     xor_(woff_, woff_);
     xor_(xoff_, xoff_);
-    if (next_tile_prefetch()) {
+    if (shape_.prefetch_next_tile) {
       // The next tile's group i starts pc groups after this one's.
       LUMEN_ASSERT(pc + tc < kTilePointerRegs, "matmul kernel: no register for the next tile's prefetch offset");
       mov(next_tile_off_, qword[rsp + kGroupStride]);
@@ -235,7 +234,7 @@ class MatMulGenerator : public EpilogueGenerator {
     }
     sub_ = xb_ = 0;
     add(woff_, block_bytes_ * super_);
-    if (next_tile_prefetch()) add(next_tile_off_, block_bytes_ * super_);
+    if (shape_.prefetch_next_tile) add(next_tile_off_, block_bytes_ * super_);
     add(xoff_, int(sizeof(ActBlock)) * super_);
     cmp(xoff_, qword[rsp + kKEnd]);
     jb(k_loop, T_NEAR);
@@ -293,7 +292,7 @@ class MatMulGenerator : public EpilogueGenerator {
     // and the rest with the last (6-9% faster GEMVs on AVX2, docs/kernels.md).
     // A super-block's lines are shared out among its 32-blocks.
     auto prefetch_addr = [&](int i, int line) {
-      return next_tile_prefetch() ? ptr[group_ptr_[i] + next_tile_off_ + 64 * line]
+      return shape_.prefetch_next_tile ? ptr[group_ptr_[i] + next_tile_off_ + 64 * line]
                                   : ptr[group_ptr_[i] + woff_ + int(shape_.prefetch_bytes) + 64 * line];
     };
     auto prefetch_line = [&](int line) {

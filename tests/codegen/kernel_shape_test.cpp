@@ -79,27 +79,55 @@ TEST(KernelShape, TuningsDifferOnlyInTheWeightPrefetch) {
     EXPECT_NE(cpu_tune_names().find(to_string(tune)), std::string::npos);
   }
   EXPECT_FALSE(parse_cpu_tune("znver4").has_value());
-  for (ops::DType format : {ops::DType::Q8_0, ops::DType::Q5_0, ops::DType::Q4_K, ops::DType::F16}) {
-    EXPECT_EQ(gemv_prefetch(CpuTune::Generic, Isa::Avx512Vnni, format), WeightPrefetch::BlocksAhead);
-    EXPECT_EQ(gemv_prefetch(CpuTune::Zen4, Isa::Avx2, format), WeightPrefetch::None);
+  // The measured rules (cpu_tune.h): generic prefetches ahead everywhere;
+  // zen4 has no GEMV prefetch and none in the zmm Q8_0 batch kernels; zen5
+  // prefetches the next tile in the 4- and 5-bit GEMVs, the ymm Q8_0 GEMV and
+  // every 32-wide batch kernel, none in the zmm Q8_0 GEMV, ahead elsewhere.
+  using enum WeightPrefetch;
+  const struct {
+    bool batch;
+    CpuTune tune;
+    Isa isa;
+    ops::DType format;
+    WeightPrefetch want;
+  } rules[] = {
+      {false, CpuTune::Generic, Isa::Avx512Vnni, ops::DType::Q8_0, BlocksAhead},
+      {false, CpuTune::Generic, Isa::Avx2, ops::DType::Q5_0, BlocksAhead},
+      {false, CpuTune::Zen4, Isa::Avx2, ops::DType::Q8_0, None},
+      {false, CpuTune::Zen4, Isa::Avx512Vnni, ops::DType::Q4_K, None},
+      {false, CpuTune::Zen4, Isa::Avx512Vnni, ops::DType::F16, None},
+      {false, CpuTune::Zen5, Isa::Avx512Vnni, ops::DType::Q5_0, NextTile},
+      {false, CpuTune::Zen5, Isa::Avx2, ops::DType::IQ4_XS, NextTile},
+      {false, CpuTune::Zen5, Isa::Avx512Vnni, ops::DType::Q8_0, None},
+      {false, CpuTune::Zen5, Isa::Avx2, ops::DType::Q8_0, NextTile},
+      {false, CpuTune::Zen5, Isa::Avx2, ops::DType::F16, BlocksAhead},
+      {false, CpuTune::Zen5, Isa::Avx512Vnni, ops::DType::Q6_K, BlocksAhead},
+      {true, CpuTune::Generic, Isa::Avx512Vnni, ops::DType::Q8_0, BlocksAhead},
+      {true, CpuTune::Zen4, Isa::Avx512Vnni, ops::DType::Q8_0, None},
+      {true, CpuTune::Zen4, Isa::Avx2, ops::DType::Q8_0, BlocksAhead},
+      {true, CpuTune::Zen4, Isa::Avx512Vnni, ops::DType::Q4_0, BlocksAhead},
+      {true, CpuTune::Zen5, Isa::Avx512Vnni, ops::DType::Q8_0, NextTile},
+      {true, CpuTune::Zen5, Isa::Avx2, ops::DType::Q5_0, NextTile},
+      {true, CpuTune::Zen5, Isa::Avx512Vnni, ops::DType::Q4_K, BlocksAhead},
+  };
+  for (const auto& r : rules) {
+    SCOPED_TRACE(std::string(r.batch ? "batch " : "gemv ") + to_string(r.tune) + " " + to_string(r.isa) + " " +
+                 ops::id_name(r.format));
+    EXPECT_EQ(r.batch ? batch_prefetch(r.tune, r.isa, r.format) : gemv_prefetch(r.tune, r.isa, r.format), r.want);
   }
-  // zen5's measured rule: the 32-wide 4- and 5-bit GEMVs and the ymm Q8_0
-  // one prefetch the next tile, the zmm Q8_0 one none, the others ahead.
-  EXPECT_EQ(gemv_prefetch(CpuTune::Zen5, Isa::Avx512Vnni, ops::DType::Q5_0), WeightPrefetch::NextTile);
-  EXPECT_EQ(gemv_prefetch(CpuTune::Zen5, Isa::Avx2, ops::DType::IQ4_XS), WeightPrefetch::NextTile);
-  EXPECT_EQ(gemv_prefetch(CpuTune::Zen5, Isa::Avx512Vnni, ops::DType::Q8_0), WeightPrefetch::None);
-  EXPECT_EQ(gemv_prefetch(CpuTune::Zen5, Isa::Avx2, ops::DType::Q8_0), WeightPrefetch::NextTile);
-  EXPECT_EQ(gemv_prefetch(CpuTune::Zen5, Isa::Avx2, ops::DType::F16), WeightPrefetch::BlocksAhead);
-  EXPECT_EQ(gemv_prefetch(CpuTune::Zen5, Isa::Avx512Vnni, ops::DType::Q6_K), WeightPrefetch::BlocksAhead);
-  // zen4's measured batch rule: only the zmm Q8_0 batch kernels go without;
-  // zen5's: every batch kernel of the 32-wide formats prefetches the next tile.
-  EXPECT_EQ(batch_prefetch(CpuTune::Zen4, Isa::Avx512Vnni, ops::DType::Q8_0), WeightPrefetch::None);
-  EXPECT_EQ(batch_prefetch(CpuTune::Zen4, Isa::Avx2, ops::DType::Q8_0), WeightPrefetch::BlocksAhead);
-  EXPECT_EQ(batch_prefetch(CpuTune::Zen4, Isa::Avx512Vnni, ops::DType::Q4_0), WeightPrefetch::BlocksAhead);
-  EXPECT_EQ(batch_prefetch(CpuTune::Generic, Isa::Avx512Vnni, ops::DType::Q8_0), WeightPrefetch::BlocksAhead);
-  EXPECT_EQ(batch_prefetch(CpuTune::Zen5, Isa::Avx512Vnni, ops::DType::Q8_0), WeightPrefetch::NextTile);
-  EXPECT_EQ(batch_prefetch(CpuTune::Zen5, Isa::Avx2, ops::DType::Q5_0), WeightPrefetch::NextTile);
-  EXPECT_EQ(batch_prefetch(CpuTune::Zen5, Isa::Avx512Vnni, ops::DType::Q4_K), WeightPrefetch::BlocksAhead);
+  // A tuned 32-wide GEMV or batch kernel: its prefetch fields as the rule
+  // says, and with them set back the generic kernel's code.
+  auto check_tuned = [](Isa isa, const KernelId& id, CpuTune tune, WeightPrefetch prefetch) {
+    const KernelShape generic = kernel_shape(isa, id), tuned = kernel_shape(isa, id, tune);
+    EXPECT_GT(generic.prefetch_bytes, 0);
+    EXPECT_FALSE(generic.prefetch_next_tile);
+    EXPECT_EQ(tuned.prefetch_bytes, prefetch == WeightPrefetch::BlocksAhead ? generic.prefetch_bytes : 0);
+    EXPECT_EQ(tuned.prefetch_next_tile, prefetch == WeightPrefetch::NextTile);
+    KernelShape same = tuned;
+    same.prefetch_bytes = generic.prefetch_bytes;
+    same.prefetch_next_tile = false;
+    EXPECT_EQ(generate_matmul_kernel(isa, id, same), generate_matmul_kernel(isa, id, generic));
+  };
   for (Isa isa : kAllIsas) {
     for (ops::DType format : kPackedFormats) {
       for (Epilogue e : {Epilogue::None, Epilogue::Bias, Epilogue::SiluMul}) {
@@ -117,27 +145,8 @@ TEST(KernelShape, TuningsDifferOnlyInTheWeightPrefetch) {
             EXPECT_EQ(kquant_kernel_shape(isa, batch, tune).prefetch_bytes, kquant_kernel_shape(isa, batch).prefetch_bytes);
             continue;
           }
-          const KernelShape generic = kernel_shape(isa, gemv), tuned = kernel_shape(isa, gemv, tune);
-          EXPECT_GT(generic.prefetch_bytes, 0);
-          EXPECT_FALSE(generic.prefetch_next_tile);
-          EXPECT_EQ(tuned.prefetch_bytes, prefetch == WeightPrefetch::BlocksAhead ? generic.prefetch_bytes : 0);
-          EXPECT_EQ(tuned.prefetch_next_tile, prefetch == WeightPrefetch::NextTile);
-          KernelShape same = tuned;
-          same.prefetch_bytes = generic.prefetch_bytes;
-          same.prefetch_next_tile = false;
-          EXPECT_EQ(generate_matmul_kernel(isa, gemv, same), generate_matmul_kernel(isa, gemv, generic));
-          const KernelShape generic_batch = kernel_shape(isa, batch), tuned_batch = kernel_shape(isa, batch, tune);
-          const WeightPrefetch batch_pf = batch_prefetch(tune, isa, format);
-          EXPECT_GT(generic_batch.prefetch_bytes, 0);
-          EXPECT_FALSE(generic_batch.prefetch_next_tile);
-          EXPECT_EQ(tuned_batch.prefetch_bytes, batch_pf == WeightPrefetch::BlocksAhead ? generic_batch.prefetch_bytes : 0);
-          EXPECT_EQ(tuned_batch.prefetch_next_tile, batch_pf == WeightPrefetch::NextTile);
-          KernelShape same_batch = tuned_batch;
-          same_batch.prefetch_bytes = generic_batch.prefetch_bytes;
-          same_batch.prefetch_next_tile = false;
-          EXPECT_EQ(generate_matmul_kernel(isa, batch, same_batch), generate_matmul_kernel(isa, batch, generic_batch));
-          EXPECT_EQ(tuned_batch.tokens, generic_batch.tokens);
-          EXPECT_EQ(tuned_batch.groups, generic_batch.groups);
+          check_tuned(isa, gemv, tune, prefetch);
+          check_tuned(isa, batch, tune, batch_prefetch(tune, isa, format));
         }
       }
     }
