@@ -407,7 +407,7 @@ int main(int argc, char** argv) {
   std::vector<int> thread_counts = {1, 2};
   std::string gemm_tile;
   int64_t tokens_per_task = 64;
-  int64_t prefetch = -1, gemm_prefetch = -1, gemv_groups = 0, prefetch_next_tile = -1;
+  int64_t prefetch = -1, gemm_prefetch = -1, gemv_groups = 0, prefetch_next_tile = -1, gemv_sequential = -1;
   bool gemv_acc_in_memory = false;
   double window_ms = 20;
   std::string sweep;
@@ -424,6 +424,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(-1, 1));
   app.add_option("--gemv-groups", gemv_groups, "GEMV packed groups streamed at once in the table (0: kernel default)")
       ->check(CLI::Range(0, 8));
+  app.add_option("--gemv-sequential", gemv_sequential,
+                 "the table's SiluMul GEMV streams gate's blocks, then up's (1), or both side by side (0); -1: the "
+                 "host tuning's choice")
+      ->check(CLI::Range(-1, 1));
   app.add_flag("--gemv-acc-in-memory", gemv_acc_in_memory,
                "the table's GEMV keeps its fp32 accumulators in stack slots (ymm ISAs)");
   app.add_option("--gemm-prefetch", gemm_prefetch, "GEMM software prefetch distance in bytes (-1: kernel default)");
@@ -581,6 +585,7 @@ int main(int argc, char** argv) {
         const KernelId gemv = KernelId::gemv(s.epilogue, weight_type), batch = KernelId::batch(s.epilogue, weight_type);
         codegen::KQuantShape gemv_shape = codegen::kquant_kernel_shape(isa, gemv, tune);
         if (prefetch >= 0) gemv_shape.prefetch_bytes = prefetch;
+        if (gemv_groups > 0) gemv_shape.groups = gemv_groups;
         JitKernel gemv_kernel(codegen::generate_kquant_kernel(isa, gemv, gemv_shape));
         JitKernel batch_kernel(isa, batch);
         const double t1 = time_matmul(pool, gemv_kernel.fn(), w, s, x, y, bias, 1, 1, window);
@@ -726,6 +731,7 @@ int main(int argc, char** argv) {
       if (prefetch_next_tile == 1) gemv_shape.prefetch_next_tile = true;
       if (prefetch >= 0) gemv_shape.prefetch_bytes = prefetch;
       if (gemv_groups > 0) gemv_shape.groups = gemv_groups;
+      if (gemv_sequential >= 0) gemv_shape.sequential_groups = gemv_sequential == 1;
       if (gemv_acc_in_memory) gemv_shape.fp32_acc_in_memory = true;
       if (!tile_fits(isa, gemv_shape.groups * (s.epilogue == Epilogue::SiluMul ? 2 : 1), 1,
                      gemv_shape.fp32_acc_in_memory)) {

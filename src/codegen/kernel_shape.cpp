@@ -28,10 +28,15 @@ KernelShape kernel_shape(Isa isa, const program::KernelId& kernel, CpuTune tune)
   const int64_t mult = kernel.epilogue == program::Epilogue::SiluMul ? 2 : 1;
   KernelShape shape;
   if (kernel.kind == program::KernelKind::Gemv) {
-    // Up to four packed groups, as many as the accumulators allow.
+    // Up to four packed groups side by side, as many as the accumulators
+    // allow, or one stream as the tuning says.
     constexpr int64_t kGemvPackedGroups = 4;
     shape.tokens = 1;
     shape.groups = std::max<int64_t>(1, std::min(kGemvPackedGroups, max_accumulators(isa) / halves) / mult);
+    if (gemv_one_stream(tune)) {
+      shape.groups = 1;
+      shape.sequential_groups = mult == 2;
+    }
     set_prefetch(shape, gemv_prefetch(tune, isa, kernel.weight), kernel.weight);
     return shape;
   }

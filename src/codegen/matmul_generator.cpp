@@ -8,8 +8,10 @@
 // each 64-byte weight vector once and multiplies it by a broadcast activation
 // dword of every token (int32 dot products, exact), then converts each
 // block's int sums to fp32 and accumulates sum * (w_scale * x_scale) with one
-// FMA per vector. Edge tiles (fewer groups or tokens) get their own unrolled
-// bodies; rows past m_rows are never stored (masked stores).
+// FMA per vector. A GEMV tile with sequential_groups makes one pass over K
+// per group instead (one weight stream; the same sums). Edge tiles (fewer
+// groups or tokens) get their own unrolled bodies; rows past m_rows are never
+// stored (masked stores).
 //
 // Dot products per ISA (packed format in kernel_support.h):
 //   avx512-vnni: vpdpbusd on u8 (w+128) x s8 x, accumulator starts at
@@ -214,31 +216,16 @@ class MatMulGenerator : public EpilogueGenerator {
       if (avx512_) vpxord(zero(), zero(), zero());
     }
 
-    Label k_loop, k_done;
-    xor_(woff_, woff_);
-    xor_(xoff_, xoff_);
-    if (shape_.prefetch_next_tile) {
-      // The next tile's group i starts pc groups after this one's.
-      LUMEN_ASSERT(pc + tc < kTilePointerRegs, "matmul kernel: no register for the next tile's prefetch offset");
-      mov(next_tile_off_, qword[rsp + kGroupStride]);
-      imul(next_tile_off_, next_tile_off_, pc);
+    // All groups side by side in one pass over K, or (sequential_groups, a
+    // GEMV) one pass per group.
+    const bool sequential = shape_.sequential_groups && tc == 1;
+    for (int pass = 0; pass < (sequential ? pc : 1); ++pass) {
+      g_first_ = sequential ? pass : 0;
+      g_end_ = sequential ? pass + 1 : pc;
+      k_loop(pc, tc, nacc, sequential ? 1 : pc);
     }
-    cmp(xoff_, qword[rsp + kKEnd]);
-    jae(k_done, T_NEAR);
-    L(k_loop);
-    // A super-block (IQ4_XS: 8 32-blocks) per iteration, unrolled.
-    for (int b = 0; b < super_; ++b) {
-      sub_ = b;
-      xb_ = b * int(sizeof(ActBlock));
-      block_step(pc, tc, nacc);
-    }
-    sub_ = xb_ = 0;
-    add(woff_, block_bytes_ * super_);
-    if (shape_.prefetch_next_tile) add(next_tile_off_, block_bytes_ * super_);
-    add(xoff_, int(sizeof(ActBlock)) * super_);
-    cmp(xoff_, qword[rsp + kKEnd]);
-    jb(k_loop, T_NEAR);
-    L(k_done);
+    g_first_ = 0;
+    g_end_ = pc;
     // The fp32 sums in their registers, or loaded into the (now free) int
     // accumulator registers when they are in memory.
     store_tile(
@@ -250,6 +237,35 @@ class MatMulGenerator : public EpilogueGenerator {
           return vec(a);
         },
         {tmp_w(), tmp_s(), tmp_t(), tmp_x()});
+  }
+
+  // One pass over K for the groups [g_first_, g_end_) of a tile of pc: the
+  // next tile's (or, sequential, the next group's) streams are `ahead` groups on.
+  void k_loop(int pc, int tc, int nacc, int ahead) {
+    Label loop, done;
+    xor_(woff_, woff_);
+    xor_(xoff_, xoff_);
+    if (shape_.prefetch_next_tile) {
+      LUMEN_ASSERT(pc + tc < kTilePointerRegs, "matmul kernel: no register for the next tile's prefetch offset");
+      mov(next_tile_off_, qword[rsp + kGroupStride]);
+      imul(next_tile_off_, next_tile_off_, ahead);
+    }
+    cmp(xoff_, qword[rsp + kKEnd]);
+    jae(done, T_NEAR);
+    L(loop);
+    // A super-block (IQ4_XS: 8 32-blocks) per iteration, unrolled.
+    for (int b = 0; b < super_; ++b) {
+      sub_ = b;
+      xb_ = b * int(sizeof(ActBlock));
+      block_step(tc, nacc);
+    }
+    sub_ = xb_ = 0;
+    add(woff_, block_bytes_ * super_);
+    if (shape_.prefetch_next_tile) add(next_tile_off_, block_bytes_ * super_);
+    add(xoff_, int(sizeof(ActBlock)) * super_);
+    cmp(xoff_, qword[rsp + kKEnd]);
+    jb(loop, T_NEAR);
+    L(done);
   }
 
   void vpxor_all(const Xmm& v) {
@@ -267,10 +283,10 @@ class MatMulGenerator : public EpilogueGenerator {
     }
   }
 
-  // One 32-block for the whole register tile: int dot products, then the
+  // One 32-block for the pass's groups of the tile: int dot products, then the
   // fp32 scale-and-accumulate.
-  void block_step(int pc, int tc, int nacc) {
-    for (int i = 0; i < pc; ++i) {
+  void block_step(int tc, int nacc) {
+    for (int i = g_first_; i < g_end_; ++i) {
       for (int h = 0; h < halves_; ++h) {
         for (int t = 0; t < tc; ++t) {
           const Xmm acc = vec(acc_index(tc, i, h, t));
@@ -296,7 +312,7 @@ class MatMulGenerator : public EpilogueGenerator {
                                   : ptr[group_ptr_[i] + woff_ + int(shape_.prefetch_bytes) + 64 * line];
     };
     auto prefetch_line = [&](int line) {
-      for (int i = 0; i < pc; ++i) prefetcht0(prefetch_addr(i, line));
+      for (int i = g_first_; i < g_end_; ++i) prefetcht0(prefetch_addr(i, line));
     };
     const int super_lines = (block_bytes_ * super_ + 63) / 64;
     const int first_line = super_lines * sub_ / super_, end_line = super_lines * (sub_ + 1) / super_;
@@ -308,7 +324,7 @@ class MatMulGenerator : public EpilogueGenerator {
       }
     }
     if (prefetches() && avx512_) {
-      for (int i = 0; i < pc; ++i)
+      for (int i = g_first_; i < g_end_; ++i)
         for (int line = first_line; line < end_line; ++line) prefetcht0(prefetch_addr(i, line));
     }
     for (int j = 0; j < kQ8Block / 4; ++j) {
@@ -319,15 +335,15 @@ class MatMulGenerator : public EpilogueGenerator {
         }
       }
       if (nibbles_) {
-        nibble_step(pc, tc, j);
+        nibble_step(tc, j);
         continue;
       }
       const int qoff = int(kPackedScaleBytes) + 64 * j;
       const int xq = int(offsetof(ActBlock, qs)) + 4 * j;
-      if (x_in_regs(pc, tc)) {
+      if (x_in_regs(g_end_ - g_first_, tc)) {
         for (int t = 0; t < tc; ++t) vpbroadcastd(x_reg(t), ptr[token_ptr_[t] + xoff_ + xb_ + xq]);
       }
-      for (int i = 0; i < pc; ++i) {
+      for (int i = g_first_; i < g_end_; ++i) {
         for (int h = 0; h < halves_; ++h) {
           const Address w_addr = ptr[group_ptr_[i] + woff_ + qoff + vec_bytes() * h];
           const Xmm w = tmp_w();
@@ -337,7 +353,7 @@ class MatMulGenerator : public EpilogueGenerator {
           } else if (isa_ == Isa::Avx512Vnni) {
             vmovdqu8(w, w_addr);
             for (int t = 0; t < tc; ++t) {
-              if (x_in_regs(pc, tc)) {
+              if (x_in_regs(g_end_ - g_first_, tc)) {
                 vpdpbusd(vec(acc_index(tc, i, h, t)), w, x_reg(t));
               } else {
                 vpdpbusd(vec(acc_index(tc, i, h, t)), w, ptr_b[token_ptr_[t] + xoff_ + xb_ + xq]);
@@ -355,7 +371,7 @@ class MatMulGenerator : public EpilogueGenerator {
       }
     }
     // fp32: acc_f += float(sum) * (w_scale * x_scale) (IQ4_XS: w_scale = d * (ls - 32)).
-    for (int i = 0; i < pc; ++i) {
+    for (int i = g_first_; i < g_end_; ++i) {
       for (int h = 0; h < halves_; ++h) {
         const Xmm s = tmp_s();
         vcvtph2ps(s, ptr[group_ptr_[i] + woff_ + 16 * h]);
@@ -444,14 +460,14 @@ class MatMulGenerator : public EpilogueGenerator {
 
   // The 4-k step j of a 4-bit format: the weight bytes of nibble half j % 2
   // of vector j / 2 (plus Q5_0's fifth bits), times every token's dword j.
-  void nibble_step(int pc, int tc, int j) {
+  void nibble_step(int tc, int j) {
     const int qoff = int(packed_nibble_offset(format_, sub_)) + 64 * (j / 2);
     const int hoff = int(kPackedHighBitOffset) + 8 * j;
     const int xq = int(offsetof(ActBlock, qs)) + 4 * j;
-    if (x_in_regs(pc, tc)) {
+    if (x_in_regs(g_end_ - g_first_, tc)) {
       for (int t = 0; t < tc; ++t) vpbroadcastd(x_reg(t), ptr[token_ptr_[t] + xoff_ + xb_ + xq]);
     }
-    for (int i = 0; i < pc; ++i) {
+    for (int i = g_first_; i < g_end_; ++i) {
       for (int h = 0; h < halves_; ++h) {
         const Xmm w = tmp_w();
         const Address w_addr = ptr[group_ptr_[i] + woff_ + qoff + vec_bytes() * h];
@@ -492,7 +508,7 @@ class MatMulGenerator : public EpilogueGenerator {
           if (isa_ == Isa::AvxVnni) {
             vpdpbusd(acc, w, x_reg(t), VexEncoding);
           } else if (isa_ == Isa::Avx512Vnni) {
-            if (x_in_regs(pc, tc)) {
+            if (x_in_regs(g_end_ - g_first_, tc)) {
               vpdpbusd(acc, w, x_reg(t));
             } else {
               vpdpbusd(acc, w, ptr_b[token_ptr_[t] + xoff_ + xb_ + xq]);
@@ -522,6 +538,7 @@ class MatMulGenerator : public EpilogueGenerator {
   bool levels_ = false;    // IQ4_NL, IQ4_XS: q indexes kIq4nlValues
   int super_ = 1;          // 32-blocks per k-loop iteration (packed_super_blocks)
   int sub_ = 0, xb_ = 0;   // the 32-block of the iteration being emitted; its ActBlock's byte offset
+  int g_first_ = 0, g_end_ = 0;  // the packed groups of the pass over K being emitted
   bool mins_ = false;      // Q4_1, Q5_1: d * q + m
   int block_bytes_ = 0;    // packed_block_bytes(format_)
   Label nibble_consts_;

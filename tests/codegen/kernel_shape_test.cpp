@@ -7,6 +7,7 @@
 #include <string>
 
 #include "lumen/codegen/codegen.h"
+#include "lumen/codegen/float_kernel.h"
 #include "lumen/codegen/kernel_support.h"
 #include "lumen/codegen/kquant_kernel.h"
 #include "lumen/common/internal_error.h"
@@ -71,9 +72,10 @@ void expect_internal_error(Isa isa, const KernelId& kernel, const std::string& w
 
 // A tuning changes speed, never results: for every packed format, epilogue
 // and ISA, a GEMV or batch kernel tuned for a CPU has the generic shape but
-// for its software prefetch (none, ahead, or the next tile's blocks), as the
-// tuning says.
-TEST(KernelShape, TuningsDifferOnlyInTheWeightPrefetch) {
+// for its software prefetch (none, ahead, or the next tile's blocks) and a
+// GEMV's row groups per tile, as the tuning says. (Each row's sum is the same
+// whatever the tile: the kernel tests run every tuning's kernels bitwise.)
+TEST(KernelShape, TuningsDifferOnlyInTheWeightPrefetchAndGemvGroups) {
   for (CpuTune tune : kCpuTunes) {
     EXPECT_EQ(parse_cpu_tune(to_string(tune)), tune);
     EXPECT_NE(cpu_tune_names().find(to_string(tune)), std::string::npos);
@@ -115,17 +117,29 @@ TEST(KernelShape, TuningsDifferOnlyInTheWeightPrefetch) {
                  ops::id_name(r.format));
     EXPECT_EQ(r.batch ? batch_prefetch(r.tune, r.isa, r.format) : gemv_prefetch(r.tune, r.isa, r.format), r.want);
   }
-  // A tuned 32-wide GEMV or batch kernel: its prefetch fields as the rule
-  // says, and with them set back the generic kernel's code.
+  // GEMV groups: zen5 streams one packed group (a gate/up pair one after the
+  // other), the others as many side by side as the registers allow.
+  EXPECT_FALSE(gemv_one_stream(CpuTune::Generic));
+  EXPECT_FALSE(gemv_one_stream(CpuTune::Zen4));
+  EXPECT_TRUE(gemv_one_stream(CpuTune::Zen5));
+  // A tuned 32-wide GEMV or batch kernel: its prefetch fields and (GEMV) its
+  // groups as the rules say, and with them set back the generic kernel's code.
   auto check_tuned = [](Isa isa, const KernelId& id, CpuTune tune, WeightPrefetch prefetch) {
     const KernelShape generic = kernel_shape(isa, id), tuned = kernel_shape(isa, id, tune);
     EXPECT_GT(generic.prefetch_bytes, 0);
     EXPECT_FALSE(generic.prefetch_next_tile);
     EXPECT_EQ(tuned.prefetch_bytes, prefetch == WeightPrefetch::BlocksAhead ? generic.prefetch_bytes : 0);
     EXPECT_EQ(tuned.prefetch_next_tile, prefetch == WeightPrefetch::NextTile);
+    const bool one_stream = id.kind == program::KernelKind::Gemv && !is_float_kernel(id) && gemv_one_stream(tune);
+    EXPECT_EQ(tuned.groups, one_stream ? 1 : generic.groups);
+    EXPECT_EQ(tuned.sequential_groups, one_stream && id.epilogue == Epilogue::SiluMul);
+    EXPECT_FALSE(generic.sequential_groups);
+    EXPECT_EQ(tuned.tokens, generic.tokens);
     KernelShape same = tuned;
     same.prefetch_bytes = generic.prefetch_bytes;
     same.prefetch_next_tile = false;
+    same.groups = generic.groups;
+    same.sequential_groups = false;
     EXPECT_EQ(generate_matmul_kernel(isa, id, same), generate_matmul_kernel(isa, id, generic));
   };
   for (Isa isa : kAllIsas) {
@@ -140,7 +154,7 @@ TEST(KernelShape, TuningsDifferOnlyInTheWeightPrefetch) {
             EXPECT_GT(generic.prefetch_bytes, 0);
             EXPECT_NE(prefetch, WeightPrefetch::NextTile);
             EXPECT_EQ(tuned.prefetch_bytes, prefetch == WeightPrefetch::None ? 0 : generic.prefetch_bytes);
-            EXPECT_EQ(tuned.groups, generic.groups);
+            EXPECT_EQ(tuned.groups, gemv_one_stream(tune) ? 1 : generic.groups);
             EXPECT_EQ(tuned.tokens, generic.tokens);
             EXPECT_EQ(kquant_kernel_shape(isa, batch, tune).prefetch_bytes, kquant_kernel_shape(isa, batch).prefetch_bytes);
             continue;

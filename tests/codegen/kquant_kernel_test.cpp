@@ -242,13 +242,14 @@ Data make_data(const Case& c, std::mt19937& rng) {
   return d;
 }
 
-std::vector<float> run(Isa isa, const Case& c, const Data& d, const KernelId& id, int64_t n0, int64_t n) {
+std::vector<float> run(Isa isa, const Case& c, const Data& d, const KernelId& id, int64_t n0, int64_t n,
+                       CpuTune tune = host_cpu_tune()) {
   std::vector<float> y(c.max_n * c.y_stride(), std::bit_cast<float>(kPoisonBits));
   // A GEMM reads the expanded rows.
   const uint8_t* w = id.kind == program::KernelKind::Gemm ? d.expanded.data() : d.packed.data();
   MatMulArgs a{w, d.x.data() + n0 * c.x_stride(), y.data() + n0 * c.y_stride(), d.bias.data(),
                d.residual.data() + n0 * c.r_stride(), c.x_stride(), c.y_stride(), c.r_stride(), c.k / 32, c.m, n};
-  kernel(isa, id).fn()(&a);
+  kernel(isa, id, tune).fn()(&a);
   return y;
 }
 
@@ -322,6 +323,13 @@ void run_case(const Case& c, std::mt19937& rng, const std::vector<int64_t>& ns, 
       std::copy_n(y.begin() + n * c.y_stride(), c.y_stride(), per_token.begin() + n * c.y_stride());
     }
     if (d.oracle.empty()) check(isa, c, d, gemv, c.max_n, per_token);  // the float64 check of the GEMV rows
+    // Every tuning's GEMV (its prefetch and row groups differ) gives the host tuning's bits.
+    for (CpuTune tune : kCpuTunes) {
+      const auto y = run(isa, c, d, gemv, 0, 1, tune);
+      ASSERT_EQ(0, std::memcmp(y.data(), per_token.data(), c.m * sizeof(float)))
+          << to_string(isa) << " " << ops::row(c.type).name << ": the " << to_string(tune)
+          << " GEMV differs from the host tuning's";
+    }
     for (int64_t n : ns) {
       for (const KernelId& id : kernels_under_test(isa, c, gemm)) {
         const auto y = run(isa, c, d, id, 0, n);

@@ -364,8 +364,8 @@ TEST(MatMulKernels, LargeBatches) {
 }
 
 TEST(MatMulKernels, NonDefaultShapes) {
-  // The benchmark's knobs: 8 GEMV groups, software prefetch (ahead or of the
-  // next tile), tiny and no token chunks.
+  // The benchmark's knobs: 8 or 1 GEMV groups, software prefetch (ahead or of
+  // the next tile), tiny and no token chunks.
   const struct {
     KernelId kernel;
     KernelShape shape;
@@ -374,6 +374,10 @@ TEST(MatMulKernels, NonDefaultShapes) {
       {KernelId::gemv(Epilogue::Residual), {4, 1, 0, 256 << 10, false}},  // no prefetch (cpu_tune.h)
       {KernelId::gemv(Epilogue::SiluMul), {3, 1, 544, 256 << 10, false}},
       {KernelId::gemv(Epilogue::Residual), {4, 1, 0, 256 << 10, false, true}},  // next tile (cpu_tune.h)
+      {KernelId::gemv(Epilogue::Residual), {1, 1, 0, 256 << 10, false}},        // one group (cpu_tune.h)
+      {KernelId::gemv(Epilogue::SiluMul), {1, 1, 0, 256 << 10, false, true}},   // one pair, next tile
+      {KernelId::gemv(Epilogue::SiluMul), {1, 1, 0, 256 << 10, false, true, true}},  // gate, then up
+      {KernelId::gemv(Epilogue::SiluMul), {2, 1, 544, 256 << 10, false, false, true}},
       {KernelId::gemm(Epilogue::Residual, 16, 8), {1, 8, 0, 0, false}},
       {KernelId::gemm(Epilogue::None, 32, 4), {2, 4, 2176, 1, false}},
   };
