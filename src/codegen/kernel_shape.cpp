@@ -33,7 +33,7 @@ KernelShape kernel_shape(Isa isa, const program::KernelId& kernel, CpuTune tune)
     constexpr int64_t kGemvPackedGroups = 4;
     shape.tokens = 1;
     shape.groups = std::max<int64_t>(1, std::min(kGemvPackedGroups, max_accumulators(isa) / halves) / mult);
-    if (gemv_one_stream(tune)) {
+    if (one_stream(tune)) {
       shape.groups = 1;
       shape.sequential_groups = mult == 2;
     }
@@ -45,10 +45,14 @@ KernelShape kernel_shape(Isa isa, const program::KernelId& kernel, CpuTune tune)
     // weight block, prefetched as the tuning says: the fp32 accumulators go
     // to memory so that the int ones fill the registers. Two packed groups
     // (gate and up for SiluMul; one on AVX2, whose 11 int registers would
-    // leave 2 tokens).
+    // leave 2 tokens), or one stream as the tuning says.
     shape.fp32_acc_in_memory = true;
     set_prefetch(shape, batch_prefetch(tune, isa, kernel.weight), kernel.weight);
     shape.groups = isa == Isa::Avx2 ? 1 : std::max<int64_t>(1, 2 / mult);
+    if (one_stream(tune)) {
+      shape.groups = 1;
+      shape.sequential_groups = mult == 2;
+    }
     const int64_t max_tokens = std::min(max_tile_tokens(isa), program::KernelId::kBatchMaxTokens);
     shape.tokens = std::max<int64_t>(
         1, std::min(max_tokens, max_int_accumulators(isa) / (shape.groups * mult * halves)));

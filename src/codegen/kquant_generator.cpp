@@ -805,7 +805,7 @@ KQuantShape kquant_kernel_shape(Isa isa, const program::KernelId& kernel, CpuTun
     // The Q8_0 GEMV's streams: 4 packed groups (2 of two ymm halves), or
     // one as the tuning says (a SiluMul pair side by side: not measured one
     // after the other here).
-    shape.groups = gemv_one_stream(tune) ? 1 : std::max(1, (is_ymm_isa(isa) ? 2 : 4) / mult);
+    shape.groups = one_stream(tune) ? 1 : std::max(1, (is_ymm_isa(isa) ? 2 : 4) / mult);
     return shape;
   }
   // Batch: the most tokens (up to the batch size), then the most groups (up

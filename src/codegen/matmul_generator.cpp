@@ -8,8 +8,8 @@
 // each 64-byte weight vector once and multiplies it by a broadcast activation
 // dword of every token (int32 dot products, exact), then converts each
 // block's int sums to fp32 and accumulates sum * (w_scale * x_scale) with one
-// FMA per vector. A GEMV tile with sequential_groups makes one pass over K
-// per group instead (one weight stream; the same sums). Edge tiles (fewer
+// FMA per vector. A tile with sequential_groups makes one pass over K per
+// group instead (one weight stream; the same sums). Edge tiles (fewer
 // groups or tokens) get their own unrolled bodies; rows past m_rows are never
 // stored (masked stores).
 //
@@ -216,9 +216,9 @@ class MatMulGenerator : public EpilogueGenerator {
       if (avx512_) vpxord(zero(), zero(), zero());
     }
 
-    // All groups side by side in one pass over K, or (sequential_groups, a
-    // GEMV) one pass per group.
-    const bool sequential = shape_.sequential_groups && tc == 1;
+    // All groups side by side in one pass over K, or (sequential_groups) one
+    // pass per group.
+    const bool sequential = shape_.sequential_groups;
     for (int pass = 0; pass < (sequential ? pc : 1); ++pass) {
       g_first_ = sequential ? pass : 0;
       g_end_ = sequential ? pass + 1 : pc;

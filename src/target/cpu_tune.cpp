@@ -21,14 +21,14 @@ struct TuneRow {
   WeightPrefetch gemv_prefetch;
   WeightPrefetch zmm_q8_0_batch_prefetch;
   WeightPrefetch batch_prefetch;
-  bool gemv_one_stream;
+  bool one_stream;
 };
 constexpr TuneRow kTunes[] = {
 #define LUMEN_CPU_TUNE_ROW(e, name, zmm_q8_0_gemv, ymm_q8_0_gemv, nibble_gemv, gemv, zmm_q8_0_batch, batch,      \
-                           gemv_one_stream)                                                                         \
+                           one_stream)                                                                         \
   {CpuTune::e,          name, WeightPrefetch::zmm_q8_0_gemv, WeightPrefetch::ymm_q8_0_gemv,                      \
    WeightPrefetch::nibble_gemv, WeightPrefetch::gemv, WeightPrefetch::zmm_q8_0_batch, WeightPrefetch::batch,     \
-   gemv_one_stream},
+   one_stream},
     LUMEN_CPU_TUNES(LUMEN_CPU_TUNE_ROW)
 #undef LUMEN_CPU_TUNE_ROW
 };
@@ -92,7 +92,7 @@ WeightPrefetch batch_prefetch(CpuTune tune, Isa isa, ops::DType format) {
   return format == ops::DType::Q8_0 && !is_ymm_isa(isa) ? row(tune).zmm_q8_0_batch_prefetch : row(tune).batch_prefetch;
 }
 
-bool gemv_one_stream(CpuTune tune) { return row(tune).gemv_one_stream; }
+bool one_stream(CpuTune tune) { return row(tune).one_stream; }
 
 CpuTune host_cpu_tune() {
   static const CpuTune tune = host_tune_or_override();

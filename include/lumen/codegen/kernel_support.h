@@ -29,7 +29,7 @@ struct KernelShape {
   // the next register tile's rows instead (prefetch_bytes unused): a distance
   // of one tile, which the kernel knows at run time from K (cpu_tune.h: why).
   bool prefetch_next_tile = false;
-  // A GEMV tile streams its packed groups one after another (a gate/up pair:
+  // A tile streams its packed groups one after another (a gate/up pair:
   // gate's K blocks, then up's, adjacent in memory) instead of side by side:
   // one weight stream instead of several. The same sums, in the same order.
   bool sequential_groups = false;

@@ -19,7 +19,7 @@ namespace lumen {
 // (one tile ahead: the distance follows K at run time).
 enum class WeightPrefetch : uint8_t { None, BlocksAhead, NextTile };
 
-//   X(enumerator, name, zmm_q8_0_gemv, ymm_q8_0_gemv, nibble_gemv, gemv, zmm_q8_0_batch, batch, gemv_one_stream)
+//   X(enumerator, name, zmm_q8_0_gemv, ymm_q8_0_gemv, nibble_gemv, gemv, zmm_q8_0_batch, batch, one_stream)
 // The GEMVs' (decode, N = 1) prefetch per kind of format: Q8_0 on the zmm
 // and on the ymm ISAs; the 32-wide 4- and 5-bit formats (packed_4bit.h); the
 // k-quants and float formats (None or BlocksAhead: only the 32-wide
@@ -43,29 +43,32 @@ enum class WeightPrefetch : uint8_t { None, BlocksAhead, NextTile };
 // - zen5 prefetches the next tile in all of them: a verify pass of 4 drafts
 //   went from 1.31x a decode step to 1.15-1.16x (Q8_0), 1.39-1.47x to
 //   1.17-1.20x (Q4_K_M) and, on the AVX2 kernels, 1.29-1.31x to 1.08-1.10x.
-// gemv_one_stream: a quantized GEMV's register tile streams one packed row
-// group, and a SiluMul pair's gate group and then its up group (adjacent in
-// memory), so that a tile reads one contiguous run of the packed weights;
-// otherwise as many groups side by side as the accumulators allow (4 on the
-// zmm ISAs, 2 on the ymm ones; halved for SiluMul). Float GEMVs keep theirs.
+// one_stream: a quantized GEMV's register tile, and a 32-wide format's batch
+// kernel's, streams one packed row group, and a SiluMul pair's gate group and
+// then its up group (adjacent in memory), so that a tile reads one contiguous
+// run of the packed weights; otherwise as many groups side by side as the
+// accumulators allow (GEMV: 4 on the zmm ISAs, 2 on the ymm ones, halved for
+// SiluMul). The float kernels and the k-quant batch kernels keep theirs.
 // - zen5 streams one: the 32-wide formats' GEMVs went from 78-94% of the
 //   read bandwidth to 97-111% on the shapes without SiluMul (zmm and ymm
 //   alike), SiluMul's (gate's blocks, then up's) 3-10% more on the zmm ISAs;
 //   Q6_K's +6-15%, Q4_K's and Q5_K's within noise; F16's lost 2-34% (so
-//   the float formats are left out). Decode +6-20% end to end.
+//   the float formats are left out). Decode +6-20% end to end. With the
+//   batch kernels too, a verify pass of 4 drafts ran 1.16-1.24x as many
+//   passes/s on a Q8_0 file and 0.95-1.09x on Q4_K_M.
 #define LUMEN_CPU_TUNES(X)                                                                              \
   X(Generic, "generic", BlocksAhead, BlocksAhead, BlocksAhead, BlocksAhead, BlocksAhead, BlocksAhead, false) \
   X(Zen4, "zen4", None, None, None, None, None, BlocksAhead, false)                                       \
   X(Zen5, "zen5", None, NextTile, NextTile, BlocksAhead, NextTile, NextTile, true)
 
 enum class CpuTune : uint8_t {
-#define LUMEN_CPU_TUNE_ENUM(e, name, zmm_q8_0_gemv, ymm_q8_0_gemv, nibble_gemv, gemv, zmm_q8_0_batch, batch, gemv_one_stream) e,
+#define LUMEN_CPU_TUNE_ENUM(e, name, zmm_q8_0_gemv, ymm_q8_0_gemv, nibble_gemv, gemv, zmm_q8_0_batch, batch, one_stream) e,
   LUMEN_CPU_TUNES(LUMEN_CPU_TUNE_ENUM)
 #undef LUMEN_CPU_TUNE_ENUM
 };
 
 inline constexpr CpuTune kCpuTunes[] = {
-#define LUMEN_CPU_TUNE_ITEM(e, name, zmm_q8_0_gemv, ymm_q8_0_gemv, nibble_gemv, gemv, zmm_q8_0_batch, batch, gemv_one_stream) \
+#define LUMEN_CPU_TUNE_ITEM(e, name, zmm_q8_0_gemv, ymm_q8_0_gemv, nibble_gemv, gemv, zmm_q8_0_batch, batch, one_stream) \
   CpuTune::e,
     LUMEN_CPU_TUNES(LUMEN_CPU_TUNE_ITEM)
 #undef LUMEN_CPU_TUNE_ITEM
@@ -79,8 +82,9 @@ WeightPrefetch gemv_prefetch(CpuTune tune, Isa isa, ops::DType format);
 // How the batch kernels of packed `format` on `isa` prefetch under the
 // tuning (the k-quants' and float formats': always BlocksAhead).
 WeightPrefetch batch_prefetch(CpuTune tune, Isa isa, ops::DType format);
-// Whether the quantized GEMVs stream one packed group at a time (above).
-bool gemv_one_stream(CpuTune tune);
+// Whether the quantized GEMVs and 32-wide batch kernels stream one packed
+// group at a time (above).
+bool one_stream(CpuTune tune);
 
 // The tuning for this CPU (cpuid: AMD family 19h with AVX-512 is Zen 4,
 // family 1Ah Zen 5; any other CPU is generic). LUMEN_CPU_TUNE=NAME overrides it (to compare two
