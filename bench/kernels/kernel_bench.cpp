@@ -407,7 +407,8 @@ int main(int argc, char** argv) {
   std::vector<int> thread_counts = {1, 2};
   std::string gemm_tile;
   int64_t tokens_per_task = 64;
-  int64_t prefetch = -1, gemm_prefetch = -1, gemv_groups = 0, prefetch_next_tile = -1, gemv_sequential = -1;
+  int64_t prefetch = -1, gemm_prefetch = -1, gemv_groups = 0, prefetch_next_tile = -1, gemv_sequential = -1,
+          batch_groups = 0;
   bool gemv_acc_in_memory = false;
   double window_ms = 20;
   std::string sweep;
@@ -424,6 +425,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(-1, 1));
   app.add_option("--gemv-groups", gemv_groups, "GEMV packed groups streamed at once in the table (0: kernel default)")
       ->check(CLI::Range(0, 8));
+  app.add_option("--batch-groups", batch_groups,
+                 "k-quant batch kernel's packed groups per tile in its table (0: kernel default)")
+      ->check(CLI::Range(0, 2));
   app.add_option("--gemv-sequential", gemv_sequential,
                  "the table's SiluMul GEMV streams gate's blocks, then up's (1), or both side by side (0); -1: the "
                  "host tuning's choice")
@@ -587,7 +591,9 @@ int main(int argc, char** argv) {
         if (prefetch >= 0) gemv_shape.prefetch_bytes = prefetch;
         if (gemv_groups > 0) gemv_shape.groups = gemv_groups;
         JitKernel gemv_kernel(codegen::generate_kquant_kernel(isa, gemv, gemv_shape));
-        JitKernel batch_kernel(isa, batch);
+        codegen::KQuantShape batch_shape = codegen::kquant_kernel_shape(isa, batch, tune);
+        if (batch_groups > 0) batch_shape.groups = batch_groups;
+        JitKernel batch_kernel(codegen::generate_kquant_kernel(isa, batch, batch_shape));
         const double t1 = time_matmul(pool, gemv_kernel.fn(), w, s, x, y, bias, 1, 1, window);
         const double gbs = double(w.bytes) / t1 / 1e9;
         std::string cells;
