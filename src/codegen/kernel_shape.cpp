@@ -18,6 +18,14 @@ void set_prefetch(KernelShape& shape, WeightPrefetch prefetch, ops::DType format
   shape.prefetch_next_tile = prefetch == WeightPrefetch::NextTile;
 }
 
+// One packed group per tile, a SiluMul pair's gate and then up, where the
+// tuning streams one (cpu_tune.h).
+void set_one_stream(KernelShape& shape, CpuTune tune, int64_t mult) {
+  if (!one_stream(tune)) return;
+  shape.groups = 1;
+  shape.sequential_groups = mult == 2;
+}
+
 }  // namespace
 
 KernelShape kernel_shape(Isa isa, const program::KernelId& kernel, CpuTune tune) {
@@ -33,10 +41,7 @@ KernelShape kernel_shape(Isa isa, const program::KernelId& kernel, CpuTune tune)
     constexpr int64_t kGemvPackedGroups = 4;
     shape.tokens = 1;
     shape.groups = std::max<int64_t>(1, std::min(kGemvPackedGroups, max_accumulators(isa) / halves) / mult);
-    if (one_stream(tune)) {
-      shape.groups = 1;
-      shape.sequential_groups = mult == 2;
-    }
+    set_one_stream(shape, tune, mult);
     set_prefetch(shape, gemv_prefetch(tune, isa, kernel.weight), kernel.weight);
     return shape;
   }
@@ -49,10 +54,7 @@ KernelShape kernel_shape(Isa isa, const program::KernelId& kernel, CpuTune tune)
     shape.fp32_acc_in_memory = true;
     set_prefetch(shape, batch_prefetch(tune, isa, kernel.weight), kernel.weight);
     shape.groups = isa == Isa::Avx2 ? 1 : std::max<int64_t>(1, 2 / mult);
-    if (one_stream(tune)) {
-      shape.groups = 1;
-      shape.sequential_groups = mult == 2;
-    }
+    set_one_stream(shape, tune, mult);
     const int64_t max_tokens = std::min(max_tile_tokens(isa), program::KernelId::kBatchMaxTokens);
     shape.tokens = std::max<int64_t>(
         1, std::min(max_tokens, max_int_accumulators(isa) / (shape.groups * mult * halves)));
