@@ -67,6 +67,25 @@ async function recordGrowth() {
   });
 }
 
+// Clicks Stop from inside the page once the streaming reply holds more than
+// 40 characters, so that the stop lands mid-reply however the test thread is
+// scheduled (a busy host once let a 3000-token reply finish first); records
+// whether the button was enabled then.
+async function stopAfter40Characters() {
+  await page.evaluate(() => {
+    window.lumenStopEnabled = null;
+    const observer = new MutationObserver(() => {
+      const text = document.querySelector(".msg.assistant.streaming .text");
+      if (!text || text.textContent.length <= 40) return;
+      observer.disconnect();
+      const stop = document.getElementById("stop");
+      window.lumenStopEnabled = !stop.disabled;
+      stop.click();
+    });
+    observer.observe(document.getElementById("log"), { childList: true, subtree: true, characterData: true });
+  });
+}
+
 const cases = [
   { name: "page_served_from_the_binary", run: async () => {
     const response = await page.goto(server.url + "/", { waitUntil: "load" });
@@ -107,11 +126,9 @@ const cases = [
   { name: "stop_ends_a_reply_and_the_server_frees_it", run: async () => {
     const cancelled = await server.metric("lumen_requests_cancelled_total");
     await setField("max_tokens", "3000");
-    await sendAndWait("And another, a long one.", "stopped", async () => {
-      await page.waitForFunction(() => document.querySelector(".msg.assistant.streaming .text")?.textContent.length > 40);
-      check(!(await page.$eval("#stop", (b) => b.disabled)), "the stop button is disabled while streaming");
-      await page.click("#stop");
-    });
+    await stopAfter40Characters();
+    await sendAndWait("And another, a long one.", "stopped");
+    check(await page.evaluate(() => window.lumenStopEnabled) === true, "the stop button is disabled while streaming");
     const stopped = await page.$eval(".msg.assistant.stopped", (m) => ({ text: m.querySelector(".text").textContent,
                                                                          stats: m.querySelector(".stats").textContent }));
     check(stopped.stats.endsWith("· stopped"), `stats: ${stopped.stats}`);
