@@ -54,7 +54,7 @@ enum class WeightPrefetch : uint8_t { None, BlocksAhead, NextTile };
 //   alike), SiluMul's (gate's blocks, then up's) 3-10% more on the zmm ISAs;
 //   Q6_K's +6-15%, Q4_K's and Q5_K's within noise; F16's lost 2-34% (so
 //   the float formats are left out). Decode +6-20% end to end. With the
-//   batch kernels too, a verify pass of 4 drafts ran 1.16-1.24x as many
+//   batch kernels too, a verify pass of 4 drafts ran 1.13-1.24x as many
 //   passes/s on a Q8_0 file and 0.95-1.09x on Q4_K_M.
 #define LUMEN_CPU_TUNES(X)                                                                              \
   X(Generic, "generic", BlocksAhead, BlocksAhead, BlocksAhead, BlocksAhead, BlocksAhead, BlocksAhead, false) \
